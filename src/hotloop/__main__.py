@@ -1,0 +1,5 @@
+import sys
+
+from hotloop.cli import main
+
+sys.exit(main())

@@ -1,0 +1,89 @@
+"""What a backend is: rendered prompt tokens in, a stream of typed deltas out (no wire types, no I/O of ours)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+
+class ToolSpec(msgspec.Struct, frozen=True):
+    """A tool offered to the model: a function (JSON-schema parameters) or a custom (freeform) tool."""
+
+    name: str
+    kind: Literal["function", "custom"] = "function"
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    namespace: str | None = None
+
+
+class GenerationRequest(msgspec.Struct, kw_only=True):
+    """Everything a backend needs for one response; built by the pipeline's render stage."""
+
+    prompt_tokens: list[int]
+    tools: list[ToolSpec] = msgspec.field(default_factory=list)
+    # "auto" | "none" | "required" | a tool name that must be called
+    tool_choice: str = "auto"
+    forced_tool: str | None = None
+    parallel_tool_calls: bool = True
+    max_output_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    text_format: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "text"})
+    # Function and custom tool calls already in the context (the simulator's tool policy reads it).
+    calls_so_far: int = 0
+    metadata: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class TextDelta(msgspec.Struct):
+    text: str
+
+
+class ToolCallStart(msgspec.Struct):
+    name: str
+    kind: Literal["function", "custom"] = "function"
+    namespace: str | None = None
+
+
+class ToolCallDelta(msgspec.Struct):
+    """A piece of the open call's `arguments` (function) or `input` (custom)."""
+
+    text: str
+
+
+class ToolCallEnd(msgspec.Struct):
+    pass
+
+
+class Finished(msgspec.Struct):
+    """Always the last delta. `reason` "length" means `max_output_tokens` (or the context) stopped generation."""
+
+    reason: Literal["stop", "length"]
+    output_tokens: int
+    cached_tokens: int
+
+
+Delta = TextDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | Finished
+
+
+class Backend(Protocol):
+    """A model engine. `generate` is cancelled (its iterator closed) when the client goes away."""
+
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
+        """Stream the response; the final delta is `Finished`."""
+        ...
+
+    async def prefill(self, prompt_tokens: list[int]) -> int:
+        """Warm the prefix cache with the prompt (`generate: false`); returns the prompt tokens already cached."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Tokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, tokens: list[int]) -> str: ...

@@ -1,0 +1,67 @@
+"""`hotloop serve`: run the server with uvicorn (uvloop, httptools, websockets-sansio)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hotloop.config import HELP, Settings, load_settings
+
+
+def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="run the server",
+        description="Serve the Responses API over HTTP, SSE and WebSocket mode. Every option can also be set in "
+        "the TOML file given by --config (same names) or as HOTLOOP_<NAME> in the environment; flags win, then "
+        "the environment, then the file.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    serve.add_argument("--config", help="TOML settings file")
+    defaults = Settings()
+    for name in Settings.__struct_fields__:
+        flag = "--" + name.replace("_", "-")
+        default = getattr(defaults, name)
+        kind = Settings.__annotations__[name]
+        if kind == "bool":
+            serve.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=HELP[name])
+        else:
+            shown = ",".join(default) if isinstance(default, list) else default
+            serve.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=f"{HELP[name]} [{shown}]")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hotloop", description="An open server for agent loops.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        overrides = {name: getattr(args, name) for name in Settings.__struct_fields__}
+        try:
+            settings = load_settings(args.config, overrides)
+        except (ValueError, OSError) as exc:
+            print(f"hotloop: {exc}", file=sys.stderr)
+            return 2
+        serve(settings)
+    return 0
+
+
+def serve(settings: Settings) -> None:
+    import uvicorn
+
+    from hotloop.transports.app import create_app
+
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        ws="websockets-sansio",
+        ws_max_size=settings.max_body_bytes,
+        ws_per_message_deflate=settings.ws_deflate,
+        ws_ping_interval=settings.ws_ping_interval_s or None,
+        ws_ping_timeout=settings.ws_ping_interval_s or None,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=10,
+    )

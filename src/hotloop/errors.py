@@ -1,0 +1,97 @@
+"""The one family of errors a turn can raise; each transport maps it to the wire in one place (protocol.md §6)."""
+
+from __future__ import annotations
+
+
+class HotloopError(Exception):
+    """An error a client sees: HTTP status, OpenAI error type, machine-readable code and the offending param."""
+
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_value"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def payload(self) -> dict[str, str | None]:
+        """The `error` object of protocol.md §1.9: all four keys always present."""
+        return {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+
+
+class InvalidParam(HotloopError):
+    """A request field fails validation (400); `param` names the field."""
+
+
+class InvalidJSON(HotloopError):
+    code = "invalid_json"
+
+
+class MissingParam(HotloopError):
+    code = "missing_required_parameter"
+
+
+class UnsupportedParam(HotloopError):
+    code = "unsupported_parameter"
+
+
+class PreviousResponseNotFound(HotloopError):
+    code = "previous_response_not_found"
+
+    def __init__(self, response_id: str, *, param: str = "previous_response_id") -> None:
+        super().__init__(f"Previous response with id '{response_id}' not found.", param=param)
+
+
+class NotFound(HotloopError):
+    status = 404
+    code = "response_not_found"
+
+
+class ModelNotFound(HotloopError):
+    status = 404
+    code = "model_not_found"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"The model '{model}' does not exist or you do not have access to it.", param="model")
+
+
+class Unauthorized(HotloopError):
+    status = 401
+    code = "invalid_api_key"
+
+    def __init__(self, message: str = "Incorrect API key provided.") -> None:
+        super().__init__(message)
+
+
+class RequestTooLarge(HotloopError):
+    status = 413
+    code = "request_too_large"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"Request body exceeds the limit of {limit} bytes.")
+
+
+class ConnectionLimit(HotloopError):
+    code = "websocket_connection_limit_reached"
+
+
+class ServerError(HotloopError):
+    status = 500
+    type = "server_error"
+    code = "server_error"
+
+
+class StoreUnavailable(HotloopError):
+    status = 503
+    type = "server_error"
+    code = "store_unavailable"
+
+
+class UpgradeRequired(HotloopError):
+    """426: GET /v1/responses without an upgrade, or any upgrade while WebSocket mode is off (protocol.md §1.9)."""
+
+    status = 426
+    code = "upgrade_required"

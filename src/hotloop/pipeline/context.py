@@ -1,0 +1,66 @@
+"""The state a chain carries from one turn to the next (protocol.md §4): context items and what was resolved."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from hotloop.wire.items import ContextItem, CustomToolCall, FunctionCall
+from hotloop.wire.request import CreateRequest
+from hotloop.wire.response import Response
+
+if TYPE_CHECKING:
+    from hotloop.models import Model
+
+
+class Context(Sequence[ContextItem]):
+    """An append-only view of a chain's items.
+
+    Continuing the newest turn of a chain appends to the shared list, so a turn costs its new items only; a
+    fork from an older turn (the list has grown past this view) copies first.
+    """
+
+    __slots__ = ("_items", "_length")
+
+    def __init__(self, items: list[ContextItem] | None = None, length: int | None = None) -> None:
+        self._items = items if items is not None else []
+        self._length = len(self._items) if length is None else length
+
+    def extend(self, new: Sequence[ContextItem]) -> Context:
+        items = self._items if len(self._items) == self._length else self._items[: self._length]
+        items.extend(new)
+        return Context(items, len(items))
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[ContextItem]:
+        items = self._items
+        for index in range(self._length):
+            yield items[index]
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self._items[: self._length][index]
+        if index >= self._length or index < -self._length:
+            raise IndexError(index)
+        return self._items[index if index >= 0 else self._length + index]
+
+
+def call_ids_of(items: Sequence[ContextItem]) -> frozenset[str]:
+    """The call ids that a `function_call_output` / `custom_tool_call_output` may answer."""
+    return frozenset(item.call_id for item in items if isinstance(item, FunctionCall | CustomToolCall))
+
+
+class ChainState(msgspec.Struct, kw_only=True):
+    """A finished response as a continuation point: what the next turn inherits and reuses."""
+
+    response: Response
+    context: Context  # context(R) = context(P) ⊕ N(R.input) ⊕ R.output
+    call_ids: frozenset[str]
+    model: Model
+    request: CreateRequest  # copied by `response.append` (protocol.md §3.6)
+    owner: str
+    calls_in_context: int = 0

@@ -1,0 +1,110 @@
+"""N, the normalization of input items (protocol.md §1.3, §4): raw JSON items in, typed context items out.
+
+A replayed item must render like the original, so ids and statuses are kept only as labels: a missing message
+`type` reads as `message`, string content as one text part, a missing `annotations` as `[]`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from hotloop.errors import InvalidParam, MissingParam
+from hotloop.ids import new_id
+from hotloop.wire.items import (
+    KNOWN_ITEM_TYPES,
+    ContextItem,
+    InputText,
+    ItemReference,
+    Message,
+    OtherItem,
+    OutputText,
+)
+from hotloop.wire.request import param_of
+
+_ID_PREFIX = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "custom_tool_call": "ctc",
+    "custom_tool_call_output": "ctco",
+    "reasoning": "rs",
+    "compaction": "cmp",
+}
+
+
+def _message_content(raw: dict[str, Any], param: str) -> dict[str, Any]:
+    content = raw.get("content")
+    role = raw.get("role")
+    text_type = "output_text" if role == "assistant" else "input_text"
+    if isinstance(content, str):
+        return {**raw, "content": [{"type": text_type, "text": content}]}
+    if isinstance(content, list):
+        # `text` is the Open Responses name for plain text parts; read it as the role's text type.
+        parts = [
+            {**part, "type": text_type} if isinstance(part, dict) and part.get("type") == "text" else part
+            for part in content
+        ]
+        return {**raw, "content": parts}
+    if content is None:
+        raise MissingParam("Each message needs 'content'.", param=f"{param}.content")
+    return raw
+
+
+def normalize_item(raw: Any, param: str) -> ContextItem | ItemReference:
+    """One input item → its typed form; raises `InvalidParam` naming `input[i]…`."""
+    if not isinstance(raw, dict):
+        raise InvalidParam("Each input item must be an object.", param=param, code="invalid_type")
+    kind = raw.get("type")
+    if kind is None:
+        kind = "message" if "role" in raw else "item_reference" if "id" in raw else None
+        if kind is None:
+            raise MissingParam("Each input item needs a 'type' (or a 'role').", param=f"{param}.type")
+    if not isinstance(kind, str):
+        raise InvalidParam("'type' must be a string.", param=f"{param}.type", code="invalid_type")
+    cls = KNOWN_ITEM_TYPES.get(kind)
+    if cls is None:
+        return OtherItem(raw=raw)
+    if cls is Message:
+        raw = _message_content(raw, param)
+    try:
+        item = msgspec.convert({**raw, "type": kind}, cls)
+    except msgspec.ValidationError as exc:
+        message, path = param_of(exc)
+        where = f"{param}.{path}" if path else param
+        if message.startswith("Object missing required field"):
+            field = message.split("`")[1]
+            raise MissingParam(f"Missing required parameter: '{where}.{field}'.", param=f"{where}.{field}") from None
+        raise InvalidParam(f"Invalid value for '{where}': {message}.", param=where) from None
+    if isinstance(item, ItemReference):
+        return item  # expanded by the resolve stage, which can reach the store
+    if isinstance(item, Message) and item.role == "assistant":
+        _check_assistant_parts(item, param)
+    return _with_id(item, kind)
+
+
+def _check_assistant_parts(item: Message, param: str) -> None:
+    for index, part in enumerate(item.content):
+        if isinstance(part, InputText):
+            # Some clients replay assistant text as input_text; render it as what it is.
+            item.content[index] = OutputText(text=part.text)
+
+
+def _with_id(item: Any, kind: str) -> Any:
+    """Stored items carry an id and a status (input_items lists them); neither changes how an item renders."""
+    changes: dict[str, Any] = {}
+    if getattr(item, "id", None) is None and kind in _ID_PREFIX:
+        changes["id"] = new_id(_ID_PREFIX[kind])
+    if hasattr(item, "status") and item.status is None:
+        changes["status"] = "completed"
+    return msgspec.structs.replace(item, **changes) if changes else item
+
+
+def normalize_input(value: str | list[dict[str, Any]] | None) -> list[ContextItem | ItemReference]:
+    """The request's `input`: a string is one user message; `None` and `[]` are no items."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [Message(role="user", content=[InputText(text=value)], id=new_id("msg"))]
+    return [normalize_item(raw, f"input[{index}]") for index, raw in enumerate(value)]

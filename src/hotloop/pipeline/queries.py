@@ -1,0 +1,80 @@
+"""Reads and management of stored responses (protocol.md §1.8): retrieve, delete, list input items, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, Literal
+
+import msgspec
+
+from hotloop.errors import InvalidParam, NotFound
+from hotloop.pipeline.service import Service
+from hotloop.pipeline.session import Session
+from hotloop.wire.items import item_to_builtins
+from hotloop.wire.response import TERMINAL_STATUSES, DeletedResponse, Response
+
+
+class ItemList(msgspec.Struct):
+    data: list[Any]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+    object: str = "list"
+
+
+def _not_found(response_id: str) -> NotFound:
+    return NotFound(f"Response with id '{response_id}' not found.", param="response_id")
+
+
+async def get_response(service: Service, session: Session, response_id: str) -> Response:
+    response = await service.store.get(session.owner, response_id)
+    if response is None:
+        raise _not_found(response_id)
+    return response
+
+
+async def delete_response(service: Service, session: Session, response_id: str) -> DeletedResponse:
+    task = service.background.get(response_id)
+    if not await service.store.delete(session.owner, response_id):
+        raise _not_found(response_id)
+    if task is not None:
+        task.cancel()
+    service.forget(response_id)
+    return DeletedResponse(id=response_id)
+
+
+async def input_items(
+    service: Service,
+    session: Session,
+    response_id: str,
+    *,
+    after: str | None,
+    limit: int,
+    order: Literal["asc", "desc"],
+) -> ItemList:
+    page = await service.store.input_items(session.owner, response_id, after=after, limit=limit, order=order)
+    if page is None:
+        raise _not_found(response_id)
+    data = [item_to_builtins(item) for item in page.items]
+    first = data[0].get("id") if data else None
+    last = data[-1].get("id") if data else None
+    return ItemList(data=data, first_id=first, last_id=last, has_more=page.has_more)
+
+
+async def cancel_response(service: Service, session: Session, response_id: str) -> Response:
+    """Background responses only; an in-flight one stops and ends `cancelled`, a finished one is returned as is."""
+    response = await get_response(service, session, response_id)
+    if not response.background:
+        raise InvalidParam(
+            "Only background responses can be cancelled.",
+            param="response_id",
+            code="response_not_cancellable",
+        )
+    task = service.background.get(response_id)
+    if task is not None and response.status not in TERMINAL_STATUSES:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        response = await get_response(service, session, response_id)
+    return response

@@ -1,0 +1,142 @@
+"""Render a model input (instructions, tools, context items) with the model's chat template into token IDs.
+
+Tool calls use the `<tool_call>` JSON convention in the prompt and in the model's answers (docs/models.md).
+Items without a slot in the template (web_search_call, …) are shown as text; reasoning is not replayed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import jinja2
+import jinja2.sandbox
+
+from hotloop.backends.base import Tokenizer, ToolSpec
+from hotloop.pipeline.media import describe_file, describe_image
+from hotloop.wire.items import (
+    Compaction,
+    ContextItem,
+    CustomToolCall,
+    CustomToolCallOutput,
+    FunctionCall,
+    FunctionCallOutput,
+    InputFile,
+    InputImage,
+    InputText,
+    Message,
+    OtherItem,
+    OutputText,
+    Reasoning,
+    Refusal,
+)
+
+TOOL_PROMPT = (
+    "You can call functions. The available functions are listed in <tools></tools> as JSON.\n"
+    "<tools>\n{tools}\n</tools>\n"
+    "To call a function, answer with only this, one block per call:\n"
+    '<tool_call>\n{{"name": "<function name>", "arguments": {{<arguments as JSON>}}}}\n</tool_call>\n'
+    "Otherwise answer the user directly."
+)
+
+
+class ChatFormat:
+    """A chat template (Jinja, as shipped in the model's GGUF) plus the tokenizer that goes with it."""
+
+    def __init__(self, template: str, tokenizer: Tokenizer, bos_token: str = "", eos_token: str = "") -> None:
+        env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        self._template = env.from_string(template)
+        self.tokenizer = tokenizer
+        self._special = {"bos_token": bos_token, "eos_token": eos_token}
+
+    def render_text(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        try:
+            return self._template.render(
+                messages=messages, add_generation_prompt=add_generation_prompt, **self._special
+            )
+        except jinja2.TemplateError as exc:
+            raise RuntimeError(f"chat template failed: {exc}") from exc
+
+    def tokens(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+        return self.tokenizer.encode(self.render_text(messages, add_generation_prompt))
+
+
+def tool_prompt(specs: Iterable[ToolSpec]) -> str:
+    entries: list[dict[str, Any]] = []
+    for spec in specs:
+        entry: dict[str, Any] = {"name": spec.name}
+        if spec.description:
+            entry["description"] = spec.description
+        if spec.kind == "custom":
+            entry["input"] = 'freeform text: call with {"name": ..., "input": "<text>"}'
+        else:
+            entry["parameters"] = spec.parameters or {"type": "object", "properties": {}}
+        entries.append(entry)
+    return TOOL_PROMPT.format(tools="\n".join(json.dumps(entry) for entry in entries))
+
+
+def _parts_text(parts: Iterable[Any], param: str) -> str:
+    out: list[str] = []
+    for index, part in enumerate(parts):
+        where = f"{param}.content[{index}]"
+        if isinstance(part, InputText | OutputText):
+            out.append(part.text)
+        elif isinstance(part, Refusal):
+            out.append(part.refusal)
+        elif isinstance(part, InputImage):
+            out.append(describe_image(part, where))
+        elif isinstance(part, InputFile):
+            out.append(describe_file(part, where))
+    return "\n".join(out)
+
+
+def _call_text(name: str, payload: dict[str, Any]) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, **payload}) + "\n</tool_call>"
+
+
+def _arguments(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _item_message(item: ContextItem, param: str) -> tuple[str, str] | None:
+    if isinstance(item, Message):
+        role = "system" if item.role == "developer" else item.role
+        return role, _parts_text(item.content, param)
+    if isinstance(item, FunctionCall):
+        return "assistant", _call_text(item.name, {"arguments": _arguments(item.arguments)})
+    if isinstance(item, CustomToolCall):
+        return "assistant", _call_text(item.name, {"input": item.input})
+    if isinstance(item, FunctionCallOutput | CustomToolCallOutput):
+        output = item.output if isinstance(item.output, str) else _parts_text(item.output, param)
+        return "tool", output
+    if isinstance(item, Reasoning):
+        return None
+    if isinstance(item, Compaction):
+        return "user", "[earlier conversation, compacted]"
+    if isinstance(item, OtherItem):
+        return "user", f"[{item.raw.get('type')}] {json.dumps(item.raw)}"
+    return None
+
+
+def chat_messages(
+    instructions: str | None, tools: Iterable[ToolSpec], items: Iterable[ContextItem]
+) -> list[dict[str, str]]:
+    """The template's `messages`: system (instructions + tool list) first, consecutive assistant turns merged."""
+    messages: list[dict[str, str]] = []
+    system = [text for text in (instructions, tool_prompt(tools) if tools else None) if text]
+    if system:
+        messages.append({"role": "system", "content": "\n\n".join(system)})
+    for index, item in enumerate(items):
+        rendered = _item_message(item, f"input[{index}]")
+        if rendered is None:
+            continue
+        role, content = rendered
+        if role == "assistant" and messages and messages[-1]["role"] == "assistant":
+            messages[-1] = {"role": "assistant", "content": messages[-1]["content"] + "\n" + content}
+        else:
+            messages.append({"role": role, "content": content})
+    return messages

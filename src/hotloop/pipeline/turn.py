@@ -1,0 +1,315 @@
+"""One turn, the single entry point both transports call: `start_turn(...)` then `turn.events()`.
+
+`start_turn` runs every pre-inference stage (validate → resolve previous state → normalize → render) and raises
+a `HotloopError` before anything is sent; `Turn.events()` streams the response's events and finishes it (cache,
+persist) before its terminal event leaves, so a stored response is readable once a client has seen it end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncGenerator, Sequence
+from itertools import chain
+from typing import Any
+
+from hotloop.backends.base import (
+    Finished,
+    GenerationRequest,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from hotloop.errors import HotloopError, InvalidParam
+from hotloop.ids import new_id
+from hotloop.models import Model
+from hotloop.pipeline.context import ChainState, Context
+from hotloop.pipeline.normalize import normalize_input
+from hotloop.pipeline.render import chat_messages
+from hotloop.pipeline.resolve import CONTINUABLE, count_calls, expand_references, resolve_parent
+from hotloop.pipeline.service import Service
+from hotloop.pipeline.session import Lane, Session
+from hotloop.pipeline.tools import ToolChoice, resolve_tool_choice, resolve_tools
+from hotloop.pipeline.validate import check_new_items, check_request
+from hotloop.wire.builder import ResponseBuilder
+from hotloop.wire.events import ErrorBody, Event
+from hotloop.wire.items import ContextItem
+from hotloop.wire.request import CreateRequest
+from hotloop.wire.response import ErrorInfo, Response, Usage
+
+log = logging.getLogger("hotloop.turn")
+
+
+class Turn:
+    """A validated, rendered request ready to generate."""
+
+    def __init__(
+        self,
+        service: Service,
+        session: Session,
+        request: CreateRequest,
+        response: Response,
+        *,
+        parent: ChainState | None,
+        new_items: list[ContextItem],
+        call_ids: frozenset[str],
+        model: Model,
+        generation: GenerationRequest,
+        lane: Lane,
+        stream_id: str | None,
+        inband_errors: bool,
+    ) -> None:
+        self.service = service
+        self.session = session
+        self.request = request
+        self.response = response
+        self.parent = parent
+        self.new_items = new_items
+        self.call_ids = call_ids
+        self.model = model
+        self.generation = generation
+        self.lane = lane
+        self.inband_errors = inband_errors
+        self.builder = ResponseBuilder(response, stream_id)
+        self.generate = request.generate is not False and not _prewarm(request)
+
+    # -- the event stream ---------------------------------------------------------------------------------------
+
+    async def events(self) -> AsyncGenerator[Event, None]:
+        """Every event of the response, terminal last; never raises for backend faults (→ `response.failed`)."""
+        builder = self.builder
+        if self.response.background:
+            self.response.status = "queued"
+            yield builder.created()
+            yield builder.queued()
+            self.response.status = "in_progress"
+        else:
+            yield builder.created()
+        yield builder.in_progress()
+        prompt_tokens = len(self.generation.prompt_tokens)
+        outcome: tuple[str, Usage | None, str | None, ErrorInfo | None] | None = None
+        try:
+            if not self.generate:
+                cached = await self.model.backend.prefill(self.generation.prompt_tokens)
+                outcome = ("completed", Usage.of(prompt_tokens, cached, 0), None, None)
+            else:
+                async with contextlib.aclosing(self.model.backend.generate(self.generation)) as deltas:
+                    async for delta in deltas:
+                        if isinstance(delta, Finished):
+                            usage = Usage.of(prompt_tokens, delta.cached_tokens, delta.output_tokens)
+                            reason = "max_output_tokens" if delta.reason == "length" else None
+                            outcome = ("incomplete" if reason else "completed", usage, reason, None)
+                            break
+                        for event in self._feed(delta):
+                            yield event
+            if outcome is None:
+                raise RuntimeError("backend ended without a Finished delta")
+        except (asyncio.CancelledError, GeneratorExit):
+            await asyncio.shield(self._finish_cancelled())
+            raise
+        except Exception:
+            log.exception("generation failed for %s", self.response.id)
+            outcome = (
+                "failed",
+                None,
+                None,
+                ErrorInfo(code="server_error", message="The model backend failed."),
+            )
+        for event in await self._finish(*outcome):
+            yield event
+
+    def _feed(self, delta: Any) -> list[Event]:
+        builder = self.builder
+        if isinstance(delta, TextDelta):
+            return builder.text_delta(delta.text)
+        if isinstance(delta, ToolCallStart):
+            return builder.tool_call_start(delta.name, delta.kind, delta.namespace)
+        if isinstance(delta, ToolCallDelta):
+            return builder.tool_call_delta(delta.text)
+        if isinstance(delta, ToolCallEnd):
+            return builder.tool_call_end()
+        return []
+
+    async def _finish(
+        self, status: str, usage: Usage | None, reason: str | None, error: ErrorInfo | None
+    ) -> list[Event]:
+        inband = None
+        if error is not None and self.inband_errors:
+            inband = ErrorBody(type="server_error", code=error.code, message=error.message, param=None)
+        events = self.builder.finish(status, usage, reason=reason, error=error, inband_error=inband)
+        if status in CONTINUABLE:
+            self.session.remember(self.lane, self._chain_state())
+        elif self.parent is not None:
+            self.session.evict(self.lane, self.parent.response.id)
+        if self.response.store:
+            await self.service.store.save(self.session.owner, self.response, self.new_items)
+        return events
+
+    async def _finish_cancelled(self) -> None:
+        """The client went away or the response was cancelled: keep what finished, never cache it (§3.11)."""
+        self.builder.finish("cancelled", None)
+        if self.response.store:
+            try:
+                await self.service.store.save(self.session.owner, self.response, self.new_items)
+            except Exception:
+                log.exception("could not store cancelled response %s", self.response.id)
+
+    def _chain_state(self) -> ChainState:
+        base = self.parent.context if self.parent is not None else Context()
+        output = self.response.output
+        return ChainState(
+            response=self.response,
+            context=base.extend([*self.new_items, *output]),
+            call_ids=self.call_ids | {item.call_id for item in output if hasattr(item, "call_id")},
+            model=self.model,
+            request=self.request,
+            owner=self.session.owner,
+            calls_in_context=self.generation.calls_so_far + count_calls(output),
+        )
+
+
+def _prewarm(request: CreateRequest) -> bool:
+    options = request.prompt_cache_options
+    return bool(options and options.get("prewarm") is True)
+
+
+# -- pre-inference stages -----------------------------------------------------------------------------------------
+
+
+async def start_turn(
+    service: Service,
+    session: Session,
+    request: CreateRequest,
+    *,
+    websocket: bool = False,
+    lane: Lane = None,
+    stream_id: str | None = None,
+    inband_errors: bool = False,
+) -> Turn:
+    """Validate, resolve, normalize and render; raises `HotloopError` (nothing stored, nothing cached)."""
+    try:
+        return await _prepare(service, session, request, websocket, lane, stream_id, inband_errors)
+    except HotloopError:
+        if request.previous_response_id:
+            session.evict(lane, request.previous_response_id)
+        raise
+
+
+async def _prepare(
+    service: Service,
+    session: Session,
+    request: CreateRequest,
+    websocket: bool,
+    lane: Lane,
+    stream_id: str | None,
+    inband_errors: bool,
+) -> Turn:
+    check_request(request, websocket=websocket)
+    model = service.models.resolve(request.model)
+    tools = resolve_tools(request.tools)
+    choice = resolve_tool_choice(request.tool_choice, tools)
+    raw_items = normalize_input(request.input)
+    parent = await resolve_parent(service, session, request.previous_response_id)
+    new_items = await expand_references(service, session, raw_items, parent)
+    known = parent.call_ids if parent is not None else frozenset()
+    call_ids = check_new_items(new_items, known, service.secret)
+    history: Sequence[ContextItem] = parent.context if parent is not None else ()
+    prompt = _render(model, request, choice, history, new_items)
+    calls_so_far = (parent.calls_in_context if parent is not None else 0) + count_calls(new_items)
+    response = _new_response(request, model, tools.echo, choice)
+    generation = GenerationRequest(
+        prompt_tokens=prompt,
+        tools=list(choice.tools.specs) if choice.mode != "none" else [],
+        tool_choice=choice.mode,
+        forced_tool=choice.forced,
+        parallel_tool_calls=response.parallel_tool_calls,
+        max_output_tokens=request.max_output_tokens,
+        temperature=response.temperature,
+        top_p=response.top_p,
+        presence_penalty=response.presence_penalty,
+        frequency_penalty=response.frequency_penalty,
+        text_format=response.text.get("format", {"type": "text"}),
+        calls_so_far=calls_so_far,
+        metadata=response.metadata,
+    )
+    return Turn(
+        service,
+        session,
+        request,
+        response,
+        parent=parent,
+        new_items=new_items,
+        call_ids=call_ids,
+        model=model,
+        generation=generation,
+        lane=lane,
+        stream_id=stream_id,
+        inband_errors=inband_errors,
+    )
+
+
+def _render(
+    model: Model,
+    request: CreateRequest,
+    choice: ToolChoice,
+    history: Sequence[ContextItem],
+    new_items: list[ContextItem],
+) -> list[int]:
+    """Token IDs of the model input; `truncation: auto` drops the oldest items (never the instructions)."""
+    specs = choice.tools.specs if choice.mode != "none" else ()
+    items: Sequence[ContextItem] = list(chain(history, new_items))
+    window = model.context_window
+    while True:
+        tokens = model.chat.tokens(chat_messages(request.instructions, specs, items))
+        if len(tokens) < window:
+            return tokens
+        if request.truncation != "auto" or len(items) <= 1:
+            raise InvalidParam(
+                f"The input is {len(tokens)} tokens; this model's context window is {window}.",
+                param="input",
+                code="context_length_exceeded",
+            )
+        items = items[max(1, len(items) // 8) :]
+
+
+def _text_config(text: dict[str, Any] | None) -> dict[str, Any]:
+    config = {"format": {"type": "text"}, "verbosity": "medium"}
+    for key, value in (text or {}).items():
+        if value is not None:
+            config[key] = value
+    return config
+
+
+def _new_response(request: CreateRequest, model: Model, tools: list[Any], choice: ToolChoice) -> Response:
+    reasoning = request.reasoning or {}
+    tier = request.service_tier
+    return Response(
+        id=new_id("resp"),
+        created_at=int(time.time()),
+        model=model.id,
+        previous_response_id=request.previous_response_id,
+        instructions=request.instructions,
+        tools=tools,
+        tool_choice=choice.echo,
+        parallel_tool_calls=request.parallel_tool_calls is not False,
+        truncation=request.truncation or "disabled",
+        text=_text_config(request.text),
+        temperature=1.0 if request.temperature is None else request.temperature,
+        top_p=1.0 if request.top_p is None else request.top_p,
+        presence_penalty=request.presence_penalty or 0.0,
+        frequency_penalty=request.frequency_penalty or 0.0,
+        top_logprobs=request.top_logprobs or 0,
+        reasoning={"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+        max_output_tokens=request.max_output_tokens,
+        max_tool_calls=request.max_tool_calls,
+        store=request.store is not False,
+        background=request.background is True,
+        service_tier="default" if tier in (None, "auto") else tier,
+        metadata=dict(request.metadata or {}),
+        safety_identifier=request.safety_identifier,
+        prompt_cache_key=request.prompt_cache_key,
+        user=request.user,
+    )

@@ -1,0 +1,155 @@
+"""Validation (protocol.md §1.2, §1.3, §6): request fields, and the new input items against the chain's context.
+
+Only new items are checked against what the chain already holds (its call ids), so a continuation costs its
+own input, not the history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from hotloop.errors import InvalidParam, UnsupportedParam
+from hotloop.pipeline import sealing
+from hotloop.pipeline.media import describe_file, image_size
+from hotloop.wire.items import (
+    Compaction,
+    ContextItem,
+    CustomToolCall,
+    CustomToolCallOutput,
+    FunctionCall,
+    FunctionCallOutput,
+    InputFile,
+    InputImage,
+    Message,
+    Reasoning,
+)
+from hotloop.wire.request import CreateRequest
+
+STREAM_ID_MAX = 256
+METADATA_MAX_PAIRS = 16
+METADATA_KEY_MAX = 64
+METADATA_VALUE_MAX = 512
+REASONING_EFFORTS = frozenset({"none", "minimal", "low", "medium", "high", "xhigh", "max"})
+INCLUDE_HONOURED = frozenset({"reasoning.encrypted_content", "message.output_text.logprobs"})
+
+
+def _range(value: float | None, param: str, low: float, high: float) -> None:
+    if value is not None and not low <= value <= high:
+        raise InvalidParam(f"'{param}' must be between {low:g} and {high:g}, got {value:g}.", param=param)
+
+
+def check_request(request: CreateRequest, *, websocket: bool) -> None:
+    """Field-level checks that need no state; raises the first violation found."""
+    if request.background and websocket:
+        raise UnsupportedParam("background is not supported in WebSocket mode.", param="background")
+    if request.background and request.store is False:
+        raise InvalidParam("background requires store to be true.", param="background")
+    if request.conversation is not None:
+        raise UnsupportedParam(
+            "The Conversations API is not supported; use previous_response_id.", param="conversation"
+        )
+    if request.prompt is not None:
+        raise UnsupportedParam("Prompt templates are not supported.", param="prompt")
+    if request.previous_response_id is not None and not request.previous_response_id:
+        raise InvalidParam("previous_response_id must not be empty.", param="previous_response_id")
+    _range(request.temperature, "temperature", 0, 2)
+    _range(request.top_p, "top_p", 0, 1)
+    _range(request.presence_penalty, "presence_penalty", -2, 2)
+    _range(request.frequency_penalty, "frequency_penalty", -2, 2)
+    _range(request.top_logprobs, "top_logprobs", 0, 20)
+    if request.max_output_tokens is not None and request.max_output_tokens < 16:
+        raise InvalidParam(
+            f"max_output_tokens must be at least 16, got {request.max_output_tokens}.",
+            param="max_output_tokens",
+        )
+    if request.max_tool_calls is not None and request.max_tool_calls < 1:
+        raise InvalidParam("max_tool_calls must be at least 1.", param="max_tool_calls")
+    if request.truncation not in (None, "auto", "disabled"):
+        raise InvalidParam("truncation must be 'auto' or 'disabled'.", param="truncation")
+    _check_metadata(request.metadata)
+    _check_text(request.text)
+    _check_reasoning(request.reasoning)
+
+
+def _check_metadata(metadata: dict[str, object] | None) -> None:
+    if metadata is None:
+        return
+    if len(metadata) > METADATA_MAX_PAIRS:
+        raise InvalidParam(f"metadata has more than {METADATA_MAX_PAIRS} pairs.", param="metadata")
+    for key, value in metadata.items():
+        if len(key) > METADATA_KEY_MAX:
+            raise InvalidParam(f"metadata keys are at most {METADATA_KEY_MAX} characters.", param="metadata")
+        if not isinstance(value, str):
+            raise InvalidParam(f"metadata value for '{key}' must be a string.", param="metadata", code="invalid_type")
+        if len(value) > METADATA_VALUE_MAX:
+            raise InvalidParam(f"metadata values are at most {METADATA_VALUE_MAX} characters.", param="metadata")
+
+
+def _check_text(text: dict[str, object] | None) -> None:
+    if text is None:
+        return
+    fmt = text.get("format")
+    if fmt is None:
+        return
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise InvalidParam("text.format.type must be 'text', 'json_object' or 'json_schema'.", param="text.format")
+    if fmt.get("type") == "json_schema":
+        if not isinstance(fmt.get("name"), str):
+            raise InvalidParam("text.format.name is required for json_schema.", param="text.format.name")
+        if not isinstance(fmt.get("schema"), dict):
+            raise InvalidParam("text.format.schema must be a JSON schema object.", param="text.format.schema")
+    verbosity = text.get("verbosity")
+    if verbosity not in (None, "low", "medium", "high"):
+        raise InvalidParam("text.verbosity must be 'low', 'medium' or 'high'.", param="text.verbosity")
+
+
+def _check_reasoning(reasoning: dict[str, object] | None) -> None:
+    if reasoning is None:
+        return
+    effort = reasoning.get("effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise InvalidParam(f"Unsupported reasoning.effort '{effort}'.", param="reasoning.effort")
+    summary = reasoning.get("summary")
+    if summary not in (None, "auto", "concise", "detailed"):
+        raise InvalidParam(f"Unsupported reasoning.summary '{summary}'.", param="reasoning.summary")
+
+
+def check_stream_id(stream_id: str) -> bool:
+    return 0 < len(stream_id) <= STREAM_ID_MAX and all(c.isascii() and (c.isalnum() or c in "_.-") for c in stream_id)
+
+
+def check_new_items(items: Sequence[ContextItem], known_calls: frozenset[str], secret: bytes) -> frozenset[str]:
+    """Check the new items; returns the call ids known after them (outputs must answer an earlier call)."""
+    calls = set(known_calls)
+    for index, item in enumerate(items):
+        param = f"input[{index}]"
+        if isinstance(item, FunctionCall | CustomToolCall):
+            calls.add(item.call_id)
+        elif isinstance(item, FunctionCallOutput | CustomToolCallOutput):
+            if item.call_id not in calls:
+                raise InvalidParam(
+                    f"No tool call found for function call output with call_id '{item.call_id}'.",
+                    param="input",
+                    code="function_call_not_found",
+                )
+            if not isinstance(item.output, str):
+                _check_parts(item.output, f"{param}.output")
+        elif isinstance(item, Message):
+            _check_parts(item.content, f"{param}.content")
+        elif isinstance(item, Reasoning | Compaction) and item.encrypted_content is not None:
+            sealing.open_blob(item.encrypted_content, secret)
+    return frozenset(calls)
+
+
+def _check_parts(parts: Iterable[object], param: str) -> None:
+    for index, part in enumerate(parts):
+        if isinstance(part, InputImage):
+            if not part.image_url and not part.file_id:
+                raise InvalidParam("input_image needs image_url or file_id.", param=f"{param}[{index}]")
+            if part.detail not in (None, "low", "high", "auto", "original"):
+                raise InvalidParam("detail must be 'low', 'high' or 'auto'.", param=f"{param}[{index}].detail")
+            image_size(part, f"{param}[{index}].image_url")
+        elif isinstance(part, InputFile):
+            if not (part.file_data or part.file_url or part.file_id):
+                raise InvalidParam("input_file needs file_data, file_url or file_id.", param=f"{param}[{index}]")
+            describe_file(part, f"{param}[{index}].file_data")

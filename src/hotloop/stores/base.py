@@ -1,0 +1,46 @@
+"""What a response store is: stored responses with their input and output items, owned by one API key."""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+import msgspec
+
+from hotloop.wire.items import ContextItem
+from hotloop.wire.response import Response
+
+
+class ItemPage(msgspec.Struct):
+    items: list[ContextItem]
+    has_more: bool
+
+
+class Chain(msgspec.Struct):
+    """A stored response and context(R): every ancestor's input and output items, oldest first."""
+
+    response: Response
+    context: list[ContextItem]
+
+
+class Store(Protocol):
+    async def save(self, owner: str, response: Response, input_items: list[ContextItem]) -> None:
+        """Insert or replace a response with its own input items (the output is in `response.output`)."""
+        ...
+
+    async def get(self, owner: str, response_id: str) -> Response | None: ...
+
+    async def delete(self, owner: str, response_id: str) -> bool: ...
+
+    async def input_items(
+        self, owner: str, response_id: str, *, after: str | None, limit: int, order: Literal["asc", "desc"]
+    ) -> ItemPage | None:
+        """None when the response is unknown to `owner`."""
+        ...
+
+    async def load_chain(self, owner: str, response_id: str) -> Chain | None:
+        """The response and its whole context in one round trip; None if it or any ancestor is missing."""
+        ...
+
+    async def find_item(self, owner: str, item_id: str) -> ContextItem | None: ...
+
+    async def close(self) -> None: ...

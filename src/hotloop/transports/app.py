@@ -1,0 +1,80 @@
+"""The ASGI application: routes, one error mapping for HTTP, and the service's start-up and shutdown."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route, WebSocketRoute
+
+from hotloop.config import Settings
+from hotloop.errors import HotloopError, NotFound, ServerError
+from hotloop.pipeline.service import Service
+from hotloop.transports import http
+from hotloop.transports.websocket import websocket_endpoint
+
+log = logging.getLogger("hotloop")
+
+
+def build_service(settings: Settings) -> Service:
+    from hotloop.models import build_registry
+    from hotloop.pipeline.sealing import load_secret
+    from hotloop.stores.sqlite import SQLiteStore
+
+    data_dir = settings.resolved_data_dir()
+    return Service(settings, build_registry(settings), SQLiteStore(data_dir / "hotloop.db"), load_secret(data_dir))
+
+
+async def _hotloop_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HotloopError)
+    return http.error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return http.error_response(NotFound(f"No route for {request.method} {request.url.path}.", code="not_found"))
+    error = HotloopError(str(exc.detail), code="method_not_allowed" if exc.status_code == 405 else "invalid_request")
+    error.status = exc.status_code
+    return http.error_response(error)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return http.error_response(ServerError("The server had an error while processing your request."))
+
+
+def create_app(settings: Settings, service: Service | None = None) -> Starlette:
+    """The app; `service` may be passed in (tests), else it is built at start-up."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        app.state.service = service or build_service(settings)
+        try:
+            yield
+        finally:
+            await app.state.service.close()
+
+    routes = [
+        Route("/healthz", http.healthz),
+        Route("/v1/models", http.list_models),
+        Route("/v1/models/{model_id:path}", http.get_model),
+        Route("/v1/responses", http.create_response, methods=["POST"]),
+        Route("/v1/responses", http.websocket_required, methods=["GET"]),
+        WebSocketRoute("/v1/responses", websocket_endpoint),
+        Route("/v1/responses/input_tokens", http.count_input_tokens, methods=["POST"]),
+        Route("/v1/responses/{response_id}", http.get_response, methods=["GET"]),
+        Route("/v1/responses/{response_id}", http.delete_response, methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/input_items", http.list_input_items, methods=["GET"]),
+        Route("/v1/responses/{response_id}/cancel", http.cancel_response, methods=["POST"]),
+    ]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HotloopError: _hotloop_error, HTTPException: _http_error, Exception: _unexpected},
+    )

@@ -1,0 +1,241 @@
+"""HTTP endpoints of the Responses API (protocol.md §1): thin handlers over the pipeline and its queries."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator
+from typing import Any, Literal
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from hotloop.errors import (
+    HotloopError,
+    InvalidParam,
+    NotFound,
+    RequestTooLarge,
+    UnsupportedParam,
+    UpgradeRequired,
+)
+from hotloop.pipeline import queries
+from hotloop.pipeline.service import Service
+from hotloop.pipeline.session import Session, owner_of
+from hotloop.pipeline.turn import Turn, start_turn
+from hotloop.transports.auth import authenticate
+from hotloop.transports.sse import sse_response
+from hotloop.wire.events import Event
+from hotloop.wire.request import decode_create
+from hotloop.wire.response import encode
+
+JSON = "application/json"
+
+
+def raw_json(data: bytes, status: int = 200) -> Response:
+    return Response(data, status_code=status, media_type=JSON)
+
+
+def error_response(exc: HotloopError) -> Response:
+    return JSONResponse({"error": exc.payload()}, status_code=exc.status)
+
+
+def service_of(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+def http_session(request: Request) -> Session:
+    """Authenticate and build a cache-less session; raises `Unauthorized`."""
+    service = service_of(request)
+    keys = service.settings.api_keys
+    key = authenticate(request.headers, keys)
+    return service.session(owner_of(key, bool(keys)), caching=False)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestTooLarge(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestTooLarge(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _strict_check(body: bytes) -> None:
+    from hotloop.wire.request import CreateRequest
+
+    raw = msgspec.json.decode(body)
+    if isinstance(raw, dict):
+        for key in raw:
+            if key not in CreateRequest.__struct_fields__ or key == "stream_id":
+                raise InvalidParam(f"Unknown parameter: '{key}'.", param=key, code="unknown_parameter")
+
+
+async def create_response(request: Request) -> Response:
+    """POST /v1/responses: JSON, SSE (`stream: true`) or background."""
+    service = service_of(request)
+    session = http_session(request)
+    body = await read_body(request, service.settings.max_body_bytes)
+    create = decode_create(body)
+    if service.settings.strict_params:
+        _strict_check(body)
+    if create.stream_id is not None:
+        raise UnsupportedParam("stream_id is a WebSocket-mode parameter.", param="stream_id")
+    turn = await start_turn(service, session, create, inband_errors=bool(create.stream))
+    if turn.response.background:
+        return await _background(service, session, turn, stream=bool(create.stream))
+    if create.stream:
+        return sse_response(turn.events(), done=service.settings.sse_done)
+    return await _json_result(request, turn)
+
+
+async def _json_result(request: Request, turn: Turn) -> Response:
+    """Run the turn to its end; a client that disconnects first cancels generation."""
+
+    async def consume() -> None:
+        async with contextlib.aclosing(turn.events()) as events:
+            async for _ in events:
+                pass
+
+    task = asyncio.ensure_future(consume())
+    watcher = asyncio.ensure_future(_wait_disconnect(request))
+    await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return Response(status_code=499)
+    watcher.cancel()
+    task.result()
+    response = turn.response
+    if response.status == "failed" and response.error is not None:
+        error = {
+            "message": response.error.message,
+            "type": "server_error",
+            "param": None,
+            "code": response.error.code,
+        }
+        return JSONResponse({"error": error}, status_code=500)
+    return raw_json(encode(response))
+
+
+async def _wait_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _background(service: Service, session: Session, turn: Turn, *, stream: bool) -> Response:
+    """Store the queued response, generate in a task that outlives the request (cancel: POST …/cancel)."""
+    turn.response.status = "queued"
+    await service.store.save(session.owner, turn.response, turn.new_items)
+    listeners: asyncio.Queue[Event | None] = asyncio.Queue()
+
+    async def run() -> None:
+        try:
+            async with contextlib.aclosing(turn.events()) as events:
+                async for event in events:
+                    if stream:
+                        listeners.put_nowait(event)
+        finally:
+            listeners.put_nowait(None)
+            service.background.pop(turn.response.id, None)
+
+    service.background[turn.response.id] = asyncio.create_task(run())
+    if not stream:
+        return raw_json(encode(turn.response))
+
+    async def relay() -> AsyncGenerator[Event, None]:
+        while (event := await listeners.get()) is not None:
+            yield event
+
+    return sse_response(relay(), done=service.settings.sse_done)
+
+
+async def get_response(request: Request) -> Response:
+    service = service_of(request)
+    session = http_session(request)
+    if request.query_params.get("stream") in ("true", "1"):
+        raise UnsupportedParam("Replaying a stored response as a stream is not supported.", param="stream")
+    response = await queries.get_response(service, session, request.path_params["response_id"])
+    return raw_json(encode(response))
+
+
+async def delete_response(request: Request) -> Response:
+    service = service_of(request)
+    session = http_session(request)
+    deleted = await queries.delete_response(service, session, request.path_params["response_id"])
+    return raw_json(encode(deleted))
+
+
+async def list_input_items(request: Request) -> Response:
+    service = service_of(request)
+    session = http_session(request)
+    query = request.query_params
+    raw_limit = query.get("limit", "20")
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 100:
+        raise InvalidParam("limit must be an integer between 1 and 100.", param="limit")
+    order: Literal["asc", "desc"] = "asc" if query.get("order") == "asc" else "desc"
+    if query.get("order", "desc") not in ("asc", "desc"):
+        raise InvalidParam("order must be 'asc' or 'desc'.", param="order")
+    page = await queries.input_items(
+        service,
+        session,
+        request.path_params["response_id"],
+        after=query.get("after"),
+        limit=int(raw_limit),
+        order=order,
+    )
+    return raw_json(msgspec.json.encode(page))
+
+
+async def cancel_response(request: Request) -> Response:
+    service = service_of(request)
+    session = http_session(request)
+    response = await queries.cancel_response(service, session, request.path_params["response_id"])
+    return raw_json(encode(response))
+
+
+async def count_input_tokens(request: Request) -> Response:
+    service = service_of(request)
+    session = http_session(request)
+    create = decode_create(await read_body(request, service.settings.max_body_bytes))
+    turn = await start_turn(service, session, create)
+    return JSONResponse({"object": "response.input_tokens", "input_tokens": len(turn.generation.prompt_tokens)})
+
+
+async def websocket_required(request: Request) -> Response:
+    """GET /v1/responses without `Upgrade: websocket` (protocol.md §1.9: 426)."""
+    http_session(request)
+    raise UpgradeRequired("Use a WebSocket upgrade on GET /v1/responses, or POST to create a response.")
+
+
+async def list_models(request: Request) -> Response:
+    http_session(request)
+    data: list[dict[str, Any]] = [
+        {"id": m.id, "object": "model", "created": m.created, "owned_by": m.owned_by}
+        for m in service_of(request).models
+    ]
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def get_model(request: Request) -> Response:
+    http_session(request)
+    model_id = request.path_params["model_id"]
+    for model in service_of(request).models:
+        if model.id == model_id:
+            return JSONResponse(
+                {"id": model.id, "object": "model", "created": model.created, "owned_by": model.owned_by}
+            )
+    raise NotFound(f"The model '{model_id}' does not exist.", param="model", code="model_not_found")
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})

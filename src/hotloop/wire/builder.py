@@ -1,0 +1,187 @@
+"""Turn backend deltas into the event sequence of protocol.md §2 (no I/O): deltas in, encoded events out.
+
+The builder owns the response object, the sequence counter and the open output item, so every transport gets
+the same bytes, `sequence_number` counts from 0 without gaps, and the terminal `response.output` equals the
+`output_item.done` items in order (§2.3).
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from hotloop.ids import new_id
+from hotloop.wire import events as ev
+from hotloop.wire.events import Event, encode_event
+from hotloop.wire.items import CustomToolCall, FunctionCall, Message, OutputItem, OutputText
+from hotloop.wire.response import ErrorInfo, IncompleteDetails, Response, Usage
+
+
+class ResponseBuilder:
+    def __init__(self, response: Response, stream_id: str | None = None) -> None:
+        self.response = response
+        self.stream_id = stream_id
+        self._seq = 0
+        self._open: OutputItem | None = None
+        self._text: list[str] = []
+
+    def _emit(self, cls: type[ev._Event], terminal: bool = False, **fields: object) -> Event:
+        event = cls(sequence_number=self._seq, stream_id=self.stream_id, **fields)
+        self._seq += 1
+        return encode_event(event, terminal)
+
+    def _snapshot(self) -> Response:
+        # Events are encoded the moment they are built, so the live object shows its state at that moment.
+        return self.response
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    def created(self) -> Event:
+        return self._emit(ev.ResponseCreated, response=self._snapshot())
+
+    def queued(self) -> Event:
+        return self._emit(ev.ResponseQueued, response=self._snapshot())
+
+    def in_progress(self) -> Event:
+        return self._emit(ev.ResponseInProgress, response=self._snapshot())
+
+    # -- text --------------------------------------------------------------------------------------------------
+
+    def text_delta(self, text: str) -> list[Event]:
+        out: list[Event] = []
+        if not isinstance(self._open, Message):
+            out.extend(self._close_item("completed"))
+            out.extend(self._open_message())
+        item = self._open
+        assert isinstance(item, Message)
+        self._text.append(text)
+        out.append(
+            self._emit(
+                ev.OutputTextDelta,
+                item_id=item.id,
+                output_index=self._index,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+        )
+        return out
+
+    def _open_message(self) -> list[Event]:
+        item = Message(role="assistant", content=[], id=new_id("msg"), status="in_progress")
+        self._open = item
+        self._text = []
+        empty = OutputText(text="")
+        return [
+            self._emit(ev.OutputItemAdded, output_index=self._index, item=item),
+            self._emit(ev.ContentPartAdded, item_id=item.id, output_index=self._index, content_index=0, part=empty),
+        ]
+
+    # -- tool calls ----------------------------------------------------------------------------------------------
+
+    def tool_call_start(self, name: str, kind: str, namespace: str | None) -> list[Event]:
+        out = self._close_item("completed")
+        item: OutputItem
+        if kind == "custom":
+            item = CustomToolCall(
+                call_id=new_id("call"),
+                name=name,
+                input="",
+                id=new_id("ctc"),
+                status="in_progress",
+                namespace=namespace,
+            )
+        else:
+            item = FunctionCall(
+                call_id=new_id("call"),
+                name=name,
+                arguments="",
+                id=new_id("fc"),
+                status="in_progress",
+                namespace=namespace,
+            )
+        self._open = item
+        self._text = []
+        out.append(self._emit(ev.OutputItemAdded, output_index=self._index, item=item))
+        return out
+
+    def tool_call_delta(self, text: str) -> list[Event]:
+        item = self._open
+        self._text.append(text)
+        cls = ev.CustomToolCallInputDelta if isinstance(item, CustomToolCall) else ev.FunctionCallArgumentsDelta
+        assert item is not None and item.id is not None
+        return [self._emit(cls, item_id=item.id, output_index=self._index, delta=text)]
+
+    def tool_call_end(self) -> list[Event]:
+        return self._close_item("completed")
+
+    # -- closing ---------------------------------------------------------------------------------------------------
+
+    @property
+    def _index(self) -> int:
+        return len(self.response.output)
+
+    def _close_item(self, status: str) -> list[Event]:
+        item = self._open
+        if item is None:
+            return []
+        self._open = None
+        text = "".join(self._text)
+        index = self._index
+        out: list[Event] = []
+        assert item.id is not None
+        if isinstance(item, Message):
+            part = OutputText(text=text)
+            out.append(
+                self._emit(
+                    ev.OutputTextDone,
+                    item_id=item.id,
+                    output_index=index,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                )
+            )
+            out.append(self._emit(ev.ContentPartDone, item_id=item.id, output_index=index, content_index=0, part=part))
+            done: OutputItem = msgspec.structs.replace(item, content=[part], status=status)
+        elif isinstance(item, FunctionCall):
+            out.append(
+                self._emit(
+                    ev.FunctionCallArgumentsDone,
+                    item_id=item.id,
+                    output_index=index,
+                    arguments=text,
+                    name=item.name,
+                )
+            )
+            done = msgspec.structs.replace(item, arguments=text, status=status)
+        else:
+            assert isinstance(item, CustomToolCall)
+            out.append(self._emit(ev.CustomToolCallInputDone, item_id=item.id, output_index=index, input=text))
+            done = msgspec.structs.replace(item, input=text, status=status)
+        out.append(self._emit(ev.OutputItemDone, output_index=index, item=done))
+        self.response.output.append(done)
+        return out
+
+    def finish(
+        self,
+        status: str,
+        usage: Usage | None,
+        *,
+        reason: str | None = None,
+        error: ErrorInfo | None = None,
+        inband_error: ev.ErrorBody | None = None,
+    ) -> list[Event]:
+        """Close the open item and emit the one terminal event (§2.3); `inband_error` precedes a failure on SSE."""
+        out = self._close_item("incomplete" if status == "incomplete" else "completed")
+        response = self.response
+        response.status = status  # type: ignore[assignment]
+        response.usage = usage
+        response.error = error
+        response.incomplete_details = IncompleteDetails(reason=reason) if reason else None
+        response.completed_at = int(time.time()) if status == "completed" else None
+        if inband_error is not None:
+            out.append(self._emit(ev.StreamError, error=inband_error))
+        out.append(self._emit(ev.TERMINAL_EVENTS[status], terminal=True, response=response))
+        return out

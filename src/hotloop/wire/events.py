@@ -1,0 +1,170 @@
+"""Streaming events (protocol.md §2): one Struct per event type, encoded once to the bytes every transport sends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from hotloop.wire.items import Message, OutputItem, OutputText, Refusal
+from hotloop.wire.response import Response
+
+
+class _Event(msgspec.Struct, tag_field="type", omit_defaults=True, kw_only=True):
+    # Only `stream_id` has a default, so it alone is omitted (default lane, protocol.md §3.5).
+    sequence_number: int
+    stream_id: str | None = None
+
+
+class _Lifecycle(_Event):
+    response: Response
+
+
+class ResponseCreated(_Lifecycle, tag="response.created"):
+    pass
+
+
+class ResponseQueued(_Lifecycle, tag="response.queued"):
+    pass
+
+
+class ResponseInProgress(_Lifecycle, tag="response.in_progress"):
+    pass
+
+
+class ResponseCompleted(_Lifecycle, tag="response.completed"):
+    pass
+
+
+class ResponseIncomplete(_Lifecycle, tag="response.incomplete"):
+    pass
+
+
+class ResponseFailed(_Lifecycle, tag="response.failed"):
+    pass
+
+
+class OutputItemAdded(_Event, tag="response.output_item.added"):
+    output_index: int
+    item: OutputItem
+
+
+class OutputItemDone(_Event, tag="response.output_item.done"):
+    output_index: int
+    item: OutputItem
+
+
+class ContentPartAdded(_Event, tag="response.content_part.added"):
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputText | Refusal
+
+
+class ContentPartDone(_Event, tag="response.content_part.done"):
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputText | Refusal
+
+
+class OutputTextDelta(_Event, tag="response.output_text.delta"):
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    logprobs: list[Any]
+
+
+class OutputTextDone(_Event, tag="response.output_text.done"):
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    logprobs: list[Any]
+
+
+class FunctionCallArgumentsDelta(_Event, tag="response.function_call_arguments.delta"):
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class FunctionCallArgumentsDone(_Event, tag="response.function_call_arguments.done"):
+    item_id: str
+    output_index: int
+    arguments: str
+    name: str
+
+
+class CustomToolCallInputDelta(_Event, tag="response.custom_tool_call_input.delta"):
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class CustomToolCallInputDone(_Event, tag="response.custom_tool_call_input.done"):
+    item_id: str
+    output_index: int
+    input: str
+
+
+class ErrorBody(msgspec.Struct):
+    type: str
+    code: str | None
+    message: str
+    param: str | None
+
+
+class StreamError(_Event, tag="error"):
+    """In-band SSE error before `response.failed` (protocol.md §2.9)."""
+
+    error: ErrorBody
+
+
+class SteerFailed(_Event, tag="response.steer.failed"):
+    steer: dict[str, Any]
+    error: dict[str, Any]
+
+
+class WebSocketError(msgspec.Struct, tag_field="type", tag="error", omit_defaults=True):
+    """The WebSocket `error` envelope (protocol.md §3.10): no `sequence_number`, `status` always present."""
+
+    status: int
+    error: dict[str, Any]
+    stream_id: str | None = None
+
+
+class Event:
+    """One encoded event: its `type`, the JSON bytes sent as they are on WebSocket and framed on SSE."""
+
+    __slots__ = ("data", "terminal", "type")
+
+    def __init__(self, type: str, data: bytes, terminal: bool = False) -> None:
+        self.type = type
+        self.data = data
+        self.terminal = terminal
+
+    def sse(self) -> bytes:
+        return b"event: " + self.type.encode() + b"\ndata: " + self.data + b"\n\n"
+
+
+_encoder = msgspec.json.Encoder()
+TERMINAL_EVENTS = {
+    "completed": ResponseCompleted,
+    "incomplete": ResponseIncomplete,
+    "failed": ResponseFailed,
+    "cancelled": ResponseFailed,
+}
+
+
+def encode_event(event: _Event, terminal: bool = False) -> Event:
+    return Event(event.__struct_config__.tag, _encoder.encode(event), terminal)  # type: ignore[arg-type]
+
+
+def websocket_error(status: int, error: dict[str, Any], stream_id: str | None = None) -> bytes:
+    return _encoder.encode(WebSocketError(status=status, error=error, stream_id=stream_id))
+
+
+def message_parts(item: Message) -> list[OutputText | Refusal]:
+    return [part for part in item.content if isinstance(part, OutputText | Refusal)]

@@ -1,0 +1,141 @@
+"""The create body (protocol.md §1.2) and the WebSocket client events that carry it (§3.3, §3.6).
+
+Decoding turns msgspec's errors into `InvalidParam` naming the offending field, so every transport reports a
+type error the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+from hotloop.errors import HotloopError, InvalidJSON, InvalidParam, MissingParam
+
+
+class CreateRequest(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
+    """`POST /v1/responses` body; also the flat `response.create` WebSocket event (plus `type`, `stream_id`).
+
+    Every field is optional and an explicit `null` means "use the default" (protocol.md §1.2).
+    Unknown keys are ignored.
+    """
+
+    model: str | None = None
+    input: str | list[dict[str, Any]] | None = None
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    store: bool | None = None
+    stream: bool | None = None
+    stream_options: dict[str, Any] | None = None
+    background: bool | None = None
+    generate: bool | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    top_logprobs: int | None = None
+    max_output_tokens: int | None = None
+    max_tool_calls: int | None = None
+    truncation: str | None = None
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    include: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    safety_identifier: str | None = None
+    service_tier: str | None = None
+    user: str | None = None
+    conversation: str | dict[str, Any] | None = None
+    prompt: dict[str, Any] | None = None
+    # WebSocket only (protocol.md §3.5); validated there.
+    stream_id: str | None = None
+
+
+class ClientEvent(msgspec.Struct, forbid_unknown_fields=False):
+    """The envelope every WebSocket frame must have: an object with a string `type`."""
+
+    type: str
+
+
+class AppendEvent(msgspec.Struct, forbid_unknown_fields=False):
+    """Legacy `response.append` (protocol.md §3.6)."""
+
+    input: str | list[dict[str, Any]] | None = None
+
+
+class SteerEvent(msgspec.Struct, forbid_unknown_fields=False):
+    previous_response_id: str | None = None
+    input: Any = None
+
+
+_create_decoder = msgspec.json.Decoder(CreateRequest)
+_event_decoder = msgspec.json.Decoder(ClientEvent)
+_append_decoder = msgspec.json.Decoder(AppendEvent)
+_steer_decoder = msgspec.json.Decoder(SteerEvent)
+_PATH = re.compile(r" - at `\$((?:\.[A-Za-z0-9_]+|\[\d+\])*)`$")
+
+
+def param_of(error: msgspec.ValidationError) -> tuple[str, str | None]:
+    """Split msgspec's "… - at `$.a.b[0]`" into a message and the param path "a.b[0]"."""
+    text = str(error)
+    match = _PATH.search(text)
+    if match is None:
+        return text, None
+    path = match.group(1).lstrip(".")
+    return text[: match.start()], path or None
+
+
+def _validation_error(error: msgspec.ValidationError) -> HotloopError:
+    message, param = param_of(error)
+    if message.startswith("Object missing required field"):
+        field = message.split("`")[1]
+        param = f"{param}.{field}" if param else field
+        return MissingParam(f"Missing required parameter: '{param}'.", param=param)
+    code = "invalid_type" if message.startswith("Expected") else "invalid_value"
+    where = f"'{param}'" if param else "the request body"
+    return InvalidParam(f"Invalid value for {where}: {message}.", param=param, code=code)
+
+
+def _decode(decoder: msgspec.json.Decoder[Any], data: bytes | str) -> Any:
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        if str(exc).startswith("Expected `object`, got"):
+            raise InvalidParam("The request body must be a JSON object.", param=None, code="invalid_type") from None
+        raise _validation_error(exc) from None
+    except msgspec.DecodeError as exc:
+        raise InvalidJSON(f"We could not parse the JSON body of your request: {exc}.") from None
+
+
+def decode_create(data: bytes | str) -> CreateRequest:
+    """Decode a create body; raises `InvalidJSON` or `InvalidParam` with the field's path."""
+    request: CreateRequest = _decode(_create_decoder, data)
+    return request
+
+
+def decode_event_type(data: bytes | str) -> str:
+    """The `type` of a WebSocket frame (protocol.md §3.10): `invalid_json` or `invalid_event` when unusable."""
+    try:
+        event: ClientEvent = _event_decoder.decode(data)
+    except msgspec.ValidationError:
+        raise InvalidParam(
+            "Each frame must be a JSON object with a string 'type'.", param="type", code="invalid_event"
+        ) from None
+    except msgspec.DecodeError:
+        raise InvalidJSON("The frame is not valid JSON.") from None
+    return event.type
+
+
+def decode_append(data: bytes | str) -> AppendEvent:
+    event: AppendEvent = _decode(_append_decoder, data)
+    return event
+
+
+def decode_steer(data: bytes | str) -> SteerEvent:
+    event: SteerEvent = _decode(_steer_decoder, data)
+    return event

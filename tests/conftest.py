@@ -1,0 +1,94 @@
+"""Fixtures: real servers (uvicorn with uvloop, httptools and websockets-sansio) on loopback, in a thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import uvicorn
+
+from hotloop.config import Settings
+from hotloop.transports.app import create_app
+
+FAST_SIM = {"sim_ttft_ms": 0.0, "sim_tps": 50_000.0}
+
+
+class RunningServer:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        config = uvicorn.Config(
+            create_app(settings),
+            host="127.0.0.1",
+            port=0,
+            loop="uvloop",
+            http="httptools",
+            ws="websockets-sansio",
+            ws_max_size=settings.max_body_bytes,
+            ws_per_message_deflate=settings.ws_deflate,
+            log_level="warning",
+            lifespan="on",
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self.ws_url = f"ws://127.0.0.1:{port}/v1/responses"
+
+    @property
+    def service(self) -> Any:
+        return self.server.config.app.state.service
+
+    def client(self, api_key: str = "test-key", **kwargs: Any) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, **kwargs)
+
+    def http(self, api_key: str | None = "test-key") -> httpx.Client:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=60)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def start_server(tmp: Path, **overrides: Any) -> RunningServer:
+    values: dict[str, Any] = {
+        "data_dir": str(tmp),
+        "models": ["hotloop-sim", "smollm2-135m"],
+        "default_model": "hotloop-sim",
+        "llama_threads": 2,
+        "llama_n_ctx": 2048,
+        **FAST_SIM,
+    }
+    values.update(overrides)
+    return RunningServer(Settings(**values))
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    running = start_server(tmp_path_factory.mktemp("data"))
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session")
+def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    running = start_server(tmp_path_factory.mktemp("keyed"), api_keys=["key-a", "key-b"], models=["hotloop-sim"])
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def client(server: RunningServer) -> openai.OpenAI:
+    return server.client()

@@ -1,0 +1,82 @@
+"""The tool-call parser that turns a text model's `<tool_call>` output into function calls."""
+
+from __future__ import annotations
+
+import json
+
+from hotloop.backends.base import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart, ToolSpec
+from hotloop.backends.toolcalls import ToolCallParser
+
+WEATHER = ToolSpec(name="get_weather", parameters={"type": "object", "properties": {"city": {"type": "string"}}})
+PATCH = ToolSpec(name="apply_patch", kind="custom")
+
+
+def run(parser: ToolCallParser, pieces: list[str]) -> list[object]:
+    out: list[object] = []
+    for piece in pieces:
+        out += parser.feed(piece)
+    return out + parser.finish()
+
+
+def test_plain_text_streams_at_once() -> None:
+    parser = ToolCallParser([WEATHER], parallel=True)
+    assert parser.feed("Hello") == [TextDelta("Hello")]
+    assert parser.feed(" world") == [TextDelta(" world")]
+    assert parser.finish() == []
+
+
+def test_tool_call_block_becomes_a_call() -> None:
+    pieces = [
+        "<tool",
+        "_call>\n",
+        '{"name": "get_weather", ',
+        '"arguments": {"city": "Paris"}}',
+        "\n</tool_call>",
+    ]
+    out = run(ToolCallParser([WEATHER], parallel=True), pieces)
+    assert out[0] == ToolCallStart("get_weather", "function", None)
+    assert isinstance(out[1], ToolCallDelta) and json.loads(out[1].text) == {"city": "Paris"}
+    assert out[2] == ToolCallEnd()
+
+
+def test_bare_json_call_and_string_arguments() -> None:
+    out = run(
+        ToolCallParser([WEATHER], parallel=True),
+        ['{"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}'],
+    )
+    assert isinstance(out[1], ToolCallDelta) and json.loads(out[1].text) == {"city": "Oslo"}
+
+
+def test_parallel_calls_and_their_limit() -> None:
+    text = (
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "A"}}</tool_call>'
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "B"}}</tool_call>'
+    )
+    both = run(ToolCallParser([WEATHER], parallel=True), [text])
+    assert sum(isinstance(delta, ToolCallStart) for delta in both) == 2
+    one = run(ToolCallParser([WEATHER], parallel=False), [text])
+    assert sum(isinstance(delta, ToolCallStart) for delta in one) == 1
+
+
+def test_malformed_or_unknown_call_is_plain_text() -> None:
+    for text in [
+        '<tool_call>{"name": "get_weather", "arguments": {',
+        '{"name": "nope", "arguments": {}}',
+        "{not json",
+    ]:
+        out = run(ToolCallParser([WEATHER], parallel=True), [text])
+        assert out == [TextDelta(text)], text
+
+
+def test_custom_tool_input() -> None:
+    out = run(
+        ToolCallParser([PATCH], parallel=True),
+        ['<tool_call>{"name": "apply_patch", "input": "*** Begin"}</tool_call>'],
+    )
+    assert out[0] == ToolCallStart("apply_patch", "custom", None)
+    assert out[1] == ToolCallDelta("*** Begin")
+
+
+def test_without_tools_everything_is_text() -> None:
+    text = '<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>'
+    assert run(ToolCallParser([], parallel=True), [text]) == [TextDelta(text)]
