@@ -92,3 +92,13 @@ def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSe
 @pytest.fixture
 def client(server: RunningServer) -> openai.OpenAI:
     return server.client()
+
+
+def stored_counts(server: RunningServer) -> tuple[int, int]:
+    """(responses, items) rows in the server's SQLite store: a rejected request must leave both unchanged."""
+    import sqlite3
+
+    with sqlite3.connect(Path(server.settings.data_dir) / "hotloop.db") as conn:
+        responses = conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        items = conn.execute("SELECT COUNT(*) FROM items").fetchone()[0]
+    return int(responses), int(items)
