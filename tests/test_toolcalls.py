@@ -80,3 +80,17 @@ def test_custom_tool_input() -> None:
 def test_without_tools_everything_is_text() -> None:
     text = '<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>'
     assert run(ToolCallParser([], parallel=True), [text]) == [TextDelta(text)]
+
+
+def test_a_json_list_of_calls_in_one_block() -> None:
+    calls = '[{"name": "get_weather", "arguments": {"city": "A"}}, {"name": "get_weather", "arguments": {}}]'
+    text = f"<tool_call>{calls}</tool_call>"
+    out = run(ToolCallParser([WEATHER], parallel=True), [text])
+    assert sum(isinstance(delta, ToolCallStart) for delta in out) == 2
+    bare = run(ToolCallParser([WEATHER], parallel=True), ["[", '{"name": "get_weather", "arguments": {"city": "B"}}]'])
+    assert isinstance(bare[1], ToolCallDelta) and json.loads(bare[1].text) == {"city": "B"}
+    # "[" that does not open a list of calls is text, released at once when it cannot be one
+    parser = ToolCallParser([WEATHER], parallel=True)
+    assert parser.feed("[") == []
+    assert parser.feed("1] see note") == [TextDelta("[1] see note")]
+    assert run(ToolCallParser([WEATHER], parallel=True), ['[{"name": "nope"}]']) == [TextDelta('[{"name": "nope"}]')]

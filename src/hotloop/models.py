@@ -33,9 +33,11 @@ class ModelRegistry:
         self.default = default
 
     def resolve(self, name: str | None) -> Model:
-        model = self._models.get(name or self.default)
+        # Only a missing or null model means the default (protocol.md §1.2); "" names no served model.
+        wanted = self.default if name is None else name
+        model = self._models.get(wanted)
         if model is None:
-            raise ModelNotFound(name or self.default)
+            raise ModelNotFound(wanted)
         return model
 
     def __iter__(self) -> Iterator[Model]:

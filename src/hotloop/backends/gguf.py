@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import importlib.util
+import logging
+import threading
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -10,6 +14,13 @@ from typing import Any
 from hotloop.pipeline.render import ChatFormat
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# llama.cpp's own log lines (model loading, context setup) go to this logger: errors at ERROR, the rest at DEBUG.
+log = logging.getLogger("hotloop.llama_cpp")
+# ggml_log_level as llama.cpp numbers it now (llama-cpp-python's `_logger` still uses an older numbering and so
+# prints warnings such as "n_ctx_seq (512) > n_ctx_train (0)" for the vocab-only model even with verbose=False).
+_GGML_ERROR, _GGML_CONT = 4, 5
+_log_lock = threading.Lock()
+_log_state: dict[str, Any] = {}
 
 
 def smollm2_path() -> Path:
@@ -20,10 +31,32 @@ def smollm2_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
 
 
-def load_llama(**kwargs: Any) -> Any:
-    """A `llama_cpp.Llama` over the GGUF; `verbose=False` routes llama.cpp's logging to a silent logger."""
+def _route_llama_logs() -> None:
+    """Send llama.cpp's log lines to `hotloop.llama_cpp` instead of stderr (once per process)."""
     import llama_cpp
 
+    with _log_lock:
+        if "callback" in _log_state:
+            return
+        _log_state["level"] = logging.DEBUG
+
+        def forward(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+            if level != _GGML_CONT:
+                _log_state["level"] = logging.ERROR if level == _GGML_ERROR else logging.DEBUG
+            python_level = _log_state["level"]
+            if log.isEnabledFor(python_level):
+                log.log(python_level, "%s", text.decode("utf-8", errors="replace").rstrip("\n"))
+
+        callback = llama_cpp.llama_log_callback(forward)
+        _log_state["callback"] = callback  # a ctypes callback must outlive its registration
+        llama_cpp.llama_log_set(callback, ctypes.c_void_p(0))
+
+
+def load_llama(**kwargs: Any) -> Any:
+    """A `llama_cpp.Llama` over the GGUF, with llama.cpp's logging routed to `hotloop.llama_cpp`."""
+    import llama_cpp
+
+    _route_llama_logs()
     return llama_cpp.Llama(model_path=str(smollm2_path()), verbose=False, **kwargs)
 
 
@@ -45,7 +78,10 @@ class GGUFTokenizer:
 @cache
 def smollm2_chat_format() -> ChatFormat:
     """Tokenizer and chat template of SmolLM2, shared by `smollm2-135m` and `hotloop-sim`."""
-    vocab = load_llama(vocab_only=True, n_threads=1)
+    # n_ctx 256 is llama.cpp's smallest context; the vocab-only model never evaluates anything.
+    vocab = load_llama(vocab_only=True, n_threads=1, n_ctx=256, n_batch=256)
+    # Freed before interpreter teardown: llama-cpp-python's `__del__` fails once module globals are gone.
+    atexit.register(vocab.close)
     metadata = vocab.metadata
     template = metadata.get("tokenizer.chat_template")
     if not template:

@@ -1,32 +1,97 @@
 """`smollm2-135m`: SmolLM2-135M-Instruct run in-process by llama-cpp-python.
 
 Generation runs on a worker thread (never on the event loop) and streams tokens through a queue; closing the
-stream (client gone) stops the thread at the next token. llama.cpp keeps the previous prompt's KV cache, so a
-continuation recomputes only the tokens past the longest common prefix, which is reported as `cached_tokens`.
+stream (client gone) stops the thread at the next prompt chunk or token. llama.cpp keeps the previous prompt's KV
+cache, so a request recomputes only the tokens past the longest common prefix, which is reported as
+`cached_tokens`.
+
+Sampling: `temperature` 0 is greedy; otherwise llama-cpp-python's chain (top-k 40, top-p, min-p 0.05, temperature)
+with the backend's fixed seed, so the same prompt and parameters give the same output. Generation stops at an
+end-of-generation token (`<|im_end|>`, `<|endoftext|>`), at a new turn (`<|im_start|>`), or after
+`max_output_tokens` (`Finished("length")`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import codecs
+import json
+import logging
 import os
 import threading
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
+
+import numpy as np
 
 from hotloop.backends.base import Delta, Finished, GenerationRequest
 from hotloop.backends.gguf import load_llama
 from hotloop.backends.toolcalls import ToolCallParser
 
+log = logging.getLogger("hotloop.llama")
 _END = object()
-STOP_TEXTS = ("<|im_end|>", "<|endoftext|>")
+STOP_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
+# Prompt tokens evaluated between two checks of the stop flag: a long prompt is abandoned within one chunk.
+PROMPT_CHUNK = 256
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def output_schema(request: GenerationRequest) -> dict[str, Any] | None:
+    """The JSON schema the answer must follow, if any: a call for `tool_choice` required (or a forced tool), else
+    the `json_schema` / `json_object` text format when no tools are offered. None: free text."""
+    if request.tools and request.tool_choice == "required":
+        branches = []
+        for spec in request.tools:
+            if request.forced_tool is not None and spec.name != request.forced_tool:
+                continue
+            key = "input" if spec.kind == "custom" else "arguments"
+            value: dict[str, Any] = (
+                {"type": "string"} if spec.kind == "custom" else spec.parameters or {"type": "object"}
+            )
+            branches.append(
+                {"type": "object", "properties": {"name": {"const": spec.name}, key: value}, "required": ["name", key]}
+            )
+        if branches:
+            return branches[0] if len(branches) == 1 else {"anyOf": branches}
+        return None
+    if request.tools:
+        return None
+    fmt = request.text_format
+    if fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), dict):
+        schema: dict[str, Any] = fmt["schema"]
+        return schema
+    if fmt.get("type") == "json_object":
+        return {"type": "object"}
+    return None
+
+
+def _grammar(request: GenerationRequest) -> Any:
+    """A llama.cpp grammar constraining sampling to `output_schema`; None when there is none or it cannot be built."""
+    schema = output_schema(request)
+    if schema is None:
+        return None
+    from llama_cpp import LlamaGrammar
+
+    try:
+        return LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+    except Exception:  # an unsupported schema construct: generate unconstrained rather than fail
+        log.warning("could not turn the output schema into a grammar; generating without it", exc_info=True)
+        return None
 
 
 class LlamaBackend:
     def __init__(self, n_ctx: int = 8192, n_threads: int | None = None, seed: int = 0) -> None:
         self.n_ctx = n_ctx
-        self._llama: Any = load_llama(n_ctx=n_ctx, n_threads=n_threads or os.cpu_count() or 1, seed=seed)
+        self._llama: Any = load_llama(n_ctx=n_ctx, n_threads=n_threads or os.cpu_count() or 1)
+        self._llama.set_seed(seed)  # the constructor reads seed 0 as "random"
+        atexit.register(self._llama.close)  # before teardown, where llama-cpp-python's `__del__` fails
         self._lock = threading.Lock()  # one llama.cpp context: one generation at a time
+        self._active: set[threading.Event] = set()  # stop flags of running generations (set all on close)
+        self._closed = False
         self._stops = {self._llama.token_eos()}
         for text in STOP_TEXTS:
             ids = self._llama.tokenize(text.encode(), add_bos=False, special=True)
@@ -34,51 +99,90 @@ class LlamaBackend:
                 self._stops.add(ids[0])
 
     def _common_prefix(self, tokens: list[int]) -> int:
-        """What llama.cpp will reuse from its KV cache: the shared prefix, always leaving one token to evaluate."""
-        cached = 0
-        for a, b in zip(self._llama._input_ids, tokens[:-1], strict=False):
-            if a != b:
-                break
-            cached += 1
+        """The prompt tokens llama.cpp will not recompute, mirroring `Llama.generate`'s prefix reuse.
+
+        A prompt fully in the cache as the last thing evaluated is reused whole (its logits are live); a prompt
+        that is a proper prefix of the cache keeps one token back to refresh the logits; otherwise the shared
+        prefix is kept.
+        """
+        llama = self._llama
+        cached = llama._input_ids
+        limit = min(len(cached), len(tokens))
+        mismatch = np.flatnonzero(cached[:limit] != np.asarray(tokens[:limit], dtype=cached.dtype))
+        shared = int(mismatch[0]) if mismatch.size else limit
+        if shared == len(tokens) and shared > 0:
+            exact = llama.n_tokens == len(tokens) and not getattr(llama, "_requires_eval", True)
+            return shared if exact else shared - 1
+        return shared
+
+    def _evaluate_prompt(self, tokens: list[int], stop: threading.Event | None) -> int:
+        """Bring the KV cache to exactly `tokens` (lock held); returns the tokens reused. Raises `_Cancelled`."""
+        llama = self._llama
+        cached = self._common_prefix(tokens)
+        if cached == len(tokens):
+            return cached
+        llama.n_tokens = cached  # `eval` drops the KV cache past n_tokens first
+        for start in range(cached, len(tokens), PROMPT_CHUNK):
+            if stop is not None and stop.is_set():
+                llama.n_tokens = start  # what has been evaluated so far stays reusable
+                raise _Cancelled
+            llama.eval(tokens[start : start + PROMPT_CHUNK])
         return cached
 
     async def prefill(self, prompt_tokens: list[int]) -> int:
         def work() -> int:
             with self._lock:
-                cached = self._common_prefix(prompt_tokens)
-                self._llama.n_tokens = cached
-                self._llama.eval(prompt_tokens[cached:])
-                return cached
+                if self._closed:
+                    raise RuntimeError("the model is closed")
+                return self._evaluate_prompt(list(prompt_tokens), None)
 
         return await asyncio.to_thread(work)
 
     async def close(self) -> None:
-        with self._lock:
-            self._llama.close()
+        for flag in list(self._active):
+            flag.set()
 
-    def _run(self, request: GenerationRequest, emit: Any, stop: threading.Event, result: dict[str, Any]) -> None:
+        def work() -> None:
+            with self._lock:
+                if not self._closed:
+                    self._closed = True
+                    self._llama.close()
+
+        await asyncio.to_thread(work)
+
+    def _run(
+        self, request: GenerationRequest, emit: Callable[[str], None], stop: threading.Event, result: dict[str, Any]
+    ) -> None:
         llama = self._llama
-        tokens = request.prompt_tokens
+        tokens = list(request.prompt_tokens)
         budget = self.n_ctx - len(tokens)
         if request.max_output_tokens is not None:
             budget = min(budget, request.max_output_tokens)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        grammar = _grammar(request)
+        count = 0
+        reason = "stop"
         with self._lock:
-            result["cached"] = self._common_prefix(tokens)
-            count = 0
-            reason = "stop"
+            if self._closed:
+                raise RuntimeError("the model is closed")
+            # Evaluated here, in chunks, so that a closed stream stops a long prompt early; `generate` then finds
+            # the whole prompt cached with live logits and samples at once.
+            result["cached"] = self._evaluate_prompt(tokens, stop)
             if budget <= 0:
                 reason = "length"
             else:
                 for token in llama.generate(
                     tokens,
-                    temp=request.temperature,
+                    temp=max(0.0, request.temperature),
                     top_p=request.top_p,
                     presence_penalty=request.presence_penalty,
                     frequency_penalty=request.frequency_penalty,
+                    grammar=grammar,
                     reset=True,
                 ):
-                    if stop.is_set() or token in self._stops:
+                    if stop.is_set():
+                        raise _Cancelled
+                    if token in self._stops:
                         break
                     count += 1
                     text = decoder.decode(llama.detokenize([token]))
@@ -98,17 +202,24 @@ class LlamaBackend:
         stop = threading.Event()
         result: dict[str, Any] = {}
 
-        def emit(text: str) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, text)
+        def post(item: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the event loop is gone (server shutting down): nobody is listening
+                stop.set()
 
         def work() -> None:
             try:
-                self._run(request, emit, stop, result)
+                self._run(request, post, stop, result)
+            except _Cancelled:
+                pass
             except BaseException as exc:  # handed to the consumer
-                loop.call_soon_threadsafe(queue.put_nowait, exc)
+                post(exc)
             finally:
-                loop.call_soon_threadsafe(queue.put_nowait, _END)
+                self._active.discard(stop)
+                post(_END)
 
+        self._active.add(stop)
         thread = threading.Thread(target=work, name="hotloop-llama", daemon=True)
         thread.start()
         parser = ToolCallParser(request.tools, request.parallel_tool_calls)
@@ -118,6 +229,8 @@ class LlamaBackend:
                     raise item
                 for delta in parser.feed(item):
                     yield delta
+            if "reason" not in result:
+                raise RuntimeError("generation was stopped")
             for delta in parser.finish():
                 yield delta
             yield Finished(reason=result["reason"], output_tokens=result["count"], cached_tokens=result["cached"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import random
 import time
 from array import array
@@ -85,7 +86,7 @@ class SimSettings(msgspec.Struct, frozen=True):
 class SimBackend:
     def __init__(self, settings: SimSettings) -> None:
         self.settings = settings
-        self._recent: deque[list[int]] = deque(maxlen=PREFIX_CACHE_ENTRIES)
+        self._recent: deque[bytes] = deque(maxlen=PREFIX_CACHE_ENTRIES)  # packed prompts, newest last
 
     def _cached_prefix(self, tokens: list[int]) -> int:
         """Longest prefix shared with a recent prompt: what a prefix-caching engine would not recompute.
@@ -93,19 +94,17 @@ class SimBackend:
         The simulator remembers prompts only (its output pieces are not real tokens), so a continuation's
         cached tokens are its parent's prompt, as with an engine that caches prompts but not outputs.
         """
+        packed = _pack(tokens)
         best = 0
         for seen in self._recent:
-            limit = min(len(seen), len(tokens))
-            if limit <= best:
-                continue
-            n = 0
-            while n < limit and seen[n] == tokens[n]:
-                n += 1
-            best = max(best, n)
+            best = max(best, _shared_prefix(seen, packed, best))
         return best
 
     def _remember(self, tokens: list[int]) -> None:
-        self._recent.append(tokens)
+        packed = _pack(tokens)
+        if packed in self._recent:
+            self._recent.remove(packed)
+        self._recent.append(packed)
 
     async def prefill(self, prompt_tokens: list[int]) -> int:
         cached = self._cached_prefix(prompt_tokens)
@@ -116,14 +115,18 @@ class SimBackend:
         self._recent.clear()
 
     def _option(self, request: GenerationRequest, name: str, default: float) -> float:
+        """A `metadata` override `sim_<name>`; unparsable, negative or non-finite values fall back to the setting."""
         raw = request.metadata.get(f"sim_{name}")
+        if raw is None:
+            return default
         try:
-            return float(raw) if raw is not None else default
+            value = float(raw)
         except ValueError:
             return default
+        return value if math.isfinite(value) and value >= 0 else default
 
     def _rng(self, request: GenerationRequest) -> random.Random:
-        digest = hashlib.blake2b(array("q", request.prompt_tokens).tobytes(), digest_size=8)
+        digest = hashlib.blake2b(_pack(request.prompt_tokens), digest_size=8)
         digest.update(str(self.settings.seed).encode())
         return random.Random(int.from_bytes(digest.digest(), "little"))
 
@@ -133,11 +136,8 @@ class SimBackend:
         wants_tool = request.tools and request.tool_choice != "none"
         if wants_tool and (request.tool_choice == "required" or request.calls_so_far < k):
             count = max(1, self.settings.parallel_calls) if request.parallel_tool_calls else 1
-            if request.forced_tool is not None:
-                forced = [spec for spec in request.tools if spec.name == request.forced_tool]
-                chosen = forced * count
-            else:
-                chosen = [rng.choice(request.tools) for _ in range(count)]
+            forced = [spec for spec in request.tools if spec.name == request.forced_tool]
+            chosen = forced[:1] * count if forced else [rng.choice(request.tools) for _ in range(count)]
             return [(spec, _pieces(_call_payload(spec, rng))) for spec in chosen]
         n = max(1, int(self._option(request, "output_tokens", self.settings.output_tokens)))
         fmt = request.text_format.get("type")
@@ -147,7 +147,9 @@ class SimBackend:
                 schema = {"type": "object"}
             return [(None, _pieces(json.dumps(example_for_schema(schema, rng))))]
         words = [rng.choice(_WORDS) for _ in range(n)]
-        return [(None, [words[0].capitalize()] + [" " + word for word in words[1:-1]] + [" " + words[-1] + "."])]
+        pieces = [words[0].capitalize()] + [" " + word for word in words[1:]]
+        pieces[-1] += "."
+        return [(None, pieces)]
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
         cached = self._cached_prefix(request.prompt_tokens)
@@ -176,6 +178,27 @@ class SimBackend:
         yield Finished(reason="stop", output_tokens=emitted, cached_tokens=cached)
 
 
+def _pack(tokens: list[int]) -> bytes:
+    return array("q", tokens).tobytes()
+
+
+def _shared_prefix(a: bytes, b: bytes, at_least: int) -> int:
+    """Tokens two packed prompts share from the start; 0 when not more than `at_least` (binary search on memcmp)."""
+    size = array("q").itemsize
+    limit = min(len(a), len(b)) // size
+    view = memoryview(a)
+    if limit <= at_least or not b.startswith(view[: (at_least + 1) * size]):
+        return 0
+    low, high = at_least + 1, limit  # invariant: the first `low` tokens match
+    while low < high:
+        mid = (low + high + 1) // 2
+        if b.startswith(view[: mid * size]):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
 def _pieces(text: str, size: int = 4) -> list[str]:
     """Split text into token-sized pieces (the simulator's output tokens)."""
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
@@ -187,36 +210,131 @@ def _call_payload(spec: ToolSpec, rng: random.Random) -> str:
     return json.dumps(example_for_schema(spec.parameters or {"type": "object", "properties": {}}, rng))
 
 
-def example_for_schema(schema: dict[str, Any], rng: random.Random, depth: int = 0) -> Any:
-    """A value valid against a (practical subset of) JSON Schema: types, enum, const, required, nesting."""
+def example_for_schema(
+    schema: dict[str, Any], rng: random.Random, depth: int = 0, root: dict[str, Any] | None = None
+) -> Any:
+    """A value valid against a practical subset of JSON Schema.
+
+    Handled: type (or a list of types), enum, const, local `$ref` (`#/$defs/…`), anyOf/oneOf (first branch),
+    allOf (merged), object properties (all generated, so `required` holds), array items with minItems/maxItems,
+    integer/number minimum/maximum (also exclusive), string minLength/maxLength and common formats.
+    """
+    root = schema if root is None else root
+    if depth > 32:
+        return None
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        target = _resolve_ref(root, ref)
+        if target is not None:
+            rest = {key: value for key, value in schema.items() if key != "$ref"}
+            return example_for_schema({**target, **rest}, rng, depth + 1, root)
     if "const" in schema:
         return schema["const"]
     if isinstance(schema.get("enum"), list) and schema["enum"]:
         return rng.choice(schema["enum"])
-    for key in ("anyOf", "oneOf", "allOf"):
-        if isinstance(schema.get(key), list) and schema[key]:
-            return example_for_schema(schema[key][0], rng, depth + 1)
+    for key in ("anyOf", "oneOf"):
+        branches = schema.get(key)
+        if isinstance(branches, list) and branches and isinstance(branches[0], dict):
+            rest = {name: value for name, value in schema.items() if name != key}
+            return example_for_schema({**rest, **branches[0]}, rng, depth + 1, root)
+    if isinstance(schema.get("allOf"), list):
+        merged = {name: value for name, value in schema.items() if name != "allOf"}
+        for branch in schema["allOf"]:
+            if isinstance(branch, dict):
+                props = {**merged.get("properties", {}), **branch.get("properties", {})}
+                merged = {**merged, **branch, "properties": props}
+        return example_for_schema(merged, rng, depth + 1, root)
     kind = schema.get("type", "object" if "properties" in schema else "string")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
-    if depth > 6:
-        kind = "null" if kind in ("object", "array") else kind
+    if depth > 8 and kind in ("object", "array") and _nullable(schema):
+        return None  # a recursive schema: stop where the schema allows it
     if kind == "object":
         props = schema.get("properties") or {}
-        return {name: example_for_schema(sub, rng, depth + 1) for name, sub in props.items() if isinstance(sub, dict)}
+        return {
+            name: example_for_schema(sub, rng, depth + 1, root) for name, sub in props.items() if isinstance(sub, dict)
+        }
     if kind == "array":
         items = schema.get("items")
         if not isinstance(items, dict):
             items = {"type": "string"}
-        return [example_for_schema(items, rng, depth + 1) for _ in range(max(1, int(schema.get("minItems", 1))))]
+        count = max(1, int(schema.get("minItems", 1)))
+        if "maxItems" in schema:
+            count = max(0, min(count, int(schema["maxItems"])))
+        return [example_for_schema(items, rng, depth + 1, root) for _ in range(count)]
     if kind == "integer":
-        floor = int(schema.get("minimum", 0))
-        return rng.randint(floor, int(schema.get("maximum", floor + 100)))
+        floor, ceiling = _bounds(schema, integer=True)
+        return rng.randint(int(floor), int(ceiling))
     if kind == "number":
-        low = float(schema.get("minimum", 0))
-        return round(rng.uniform(low, float(schema.get("maximum", low + 100))), 2)
+        low, high = _bounds(schema, integer=False)
+        value = round(rng.uniform(low, high), 2)
+        return value if low <= value <= high else low
     if kind == "boolean":
         return rng.random() < 0.5
     if kind == "null":
         return None
-    return f"{rng.choice(_WORDS)}-{rng.randint(0, 999)}"
+    return _string(schema, rng)
+
+
+def _resolve_ref(root: dict[str, Any], ref: str) -> dict[str, Any] | None:
+    """A local JSON pointer (`#`, `#/$defs/Name`, `#/definitions/Name`); remote references are not followed."""
+    if not ref.startswith("#"):
+        return None
+    node: Any = root
+    for token in filter(None, ref[1:].split("/")):
+        token = token.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, dict) or token not in node:
+            return None
+        node = node[token]
+    return node if isinstance(node, dict) else None
+
+
+def _nullable(schema: dict[str, Any]) -> bool:
+    kind = schema.get("type")
+    return isinstance(kind, list) and "null" in kind
+
+
+def _bounds(schema: dict[str, Any], integer: bool) -> tuple[float, float]:
+    """The inclusive range a number must fall in; without bounds, [0, 100] (shifted to meet a lone bound)."""
+    step = 1.0 if integer else 0.01
+    low: float | None = None
+    high: float | None = None
+    if isinstance(schema.get("minimum"), int | float):
+        low = float(schema["minimum"])
+    if isinstance(schema.get("exclusiveMinimum"), int | float):
+        bound = float(schema["exclusiveMinimum"]) + step
+        low = bound if low is None else max(low, bound)
+    if isinstance(schema.get("maximum"), int | float):
+        high = float(schema["maximum"])
+    if isinstance(schema.get("exclusiveMaximum"), int | float):
+        bound = float(schema["exclusiveMaximum"]) - step
+        high = bound if high is None else min(high, bound)
+    if low is None:
+        low = 0.0 if high is None or high >= 0 else high - 100
+    if high is None:
+        high = low + 100
+    if integer:
+        low, high = float(math.ceil(low)), float(math.floor(high))
+    return low, max(low, high)
+
+
+_FORMATS = {
+    "date-time": "2025-01-02T03:04:05Z",
+    "date": "2025-01-02",
+    "time": "03:04:05Z",
+    "email": "user@example.com",
+    "uri": "https://example.com/",
+    "url": "https://example.com/",
+    "uuid": "123e4567-e89b-42d3-a456-426614174000",
+    "ipv4": "192.0.2.1",
+    "hostname": "example.com",
+}
+
+
+def _string(schema: dict[str, Any], rng: random.Random) -> str:
+    text = _FORMATS.get(str(schema.get("format")), f"{rng.choice(_WORDS)}-{rng.randint(0, 999)}")
+    low = int(schema.get("minLength", 0))
+    high = int(schema.get("maxLength", max(low, len(text))))
+    if len(text) < low:
+        text += "x" * (low - len(text))
+    return text[: max(low, high)]

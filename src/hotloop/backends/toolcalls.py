@@ -36,9 +36,9 @@ class ToolCallParser:
             return [TextDelta(text)] if text else []
         self._start += text
         head = self._start.lstrip()
-        if not head:
+        if not head or head == "[":  # still deciding: "[" may open a JSON list of calls
             return []
-        if OPEN.startswith(head[: len(OPEN)]) or head.startswith("{"):
+        if OPEN.startswith(head[: len(OPEN)]) or head.startswith(("{", "[{")):
             self._held = [self._start]
             return []
         self.streamed = True
@@ -65,17 +65,19 @@ class ToolCallParser:
         bodies = _BLOCK.findall(text) if OPEN in text else [text.strip()]
         calls = []
         for body in bodies:
-            call = self._call(body)
-            if call is None:
+            try:
+                data: Any = json.loads(body)
+            except ValueError:
                 return []  # one malformed block: the whole answer is plain text
-            calls.append(call)
+            # A block may hold one call or, as some models write it, a JSON list of calls.
+            for entry in data if isinstance(data, list) and data else [data]:
+                call = self._call(entry)
+                if call is None:
+                    return []
+                calls.append(call)
         return calls
 
-    def _call(self, body: str) -> tuple[ToolSpec, str] | None:
-        try:
-            data: Any = json.loads(body)
-        except ValueError:
-            return None
+    def _call(self, data: Any) -> tuple[ToolSpec, str] | None:
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             return None
         spec = self._tools.get(data["name"])

@@ -37,7 +37,11 @@ class LaneRouter:
         self.waiting = 0
 
     def expired(self, now: float | None = None) -> bool:
-        return (time.monotonic() if now is None else now) - self.opened_at >= self.limits.max_age_s
+        return self.remaining(now) <= 0
+
+    def remaining(self, now: float | None = None) -> float:
+        """Seconds until the age limit (§3.11); zero or less once reached."""
+        return self.opened_at + self.limits.max_age_s - (time.monotonic() if now is None else now)
 
     def connection_limit_error(self) -> HotloopError:
         minutes = round(self.limits.max_age_s / 60)

@@ -10,6 +10,8 @@ import base64
 import binascii
 import io
 import math
+import urllib.parse
+from fractions import Fraction
 
 from PIL import Image, UnidentifiedImageError
 
@@ -42,7 +44,7 @@ def _decode_data_url(url: str, param: str) -> tuple[str, bytes]:
     try:
         if header.endswith(";base64"):
             return header[5:-7], base64.b64decode(payload, validate=True)
-        return header[5:], payload.encode()
+        return header[5:], urllib.parse.unquote_to_bytes(payload)
     except (binascii.Error, ValueError):
         raise InvalidParam("The data URL's base64 payload is invalid.", param=param) from None
 
@@ -60,11 +62,14 @@ def image_size(part: InputImage, param: str) -> tuple[int, int] | None:
 
 
 def image_tokens(width: int, height: int, detail: str | None) -> int:
-    """OpenAI's rule: `low` is 85 tokens; otherwise fit in 2048², shortest side 768, 170 per 512-px tile + 85."""
+    """OpenAI's rule: `low` is 85 tokens; otherwise fit in 2048², shortest side 768, 170 per 512-px tile + 85.
+
+    Exact arithmetic: with floats, e.g. 3320x1660 lands a hair above a tile edge and gets an extra row of tiles.
+    """
     if detail == "low":
         return 85
-    scale = min(1.0, 2048 / max(width, height))
-    scale *= min(1.0, 768 / (min(width, height) * scale))
+    scale = min(Fraction(1), Fraction(2048, max(width, height)))
+    scale *= min(Fraction(1), Fraction(768) / (min(width, height) * scale))
     return 170 * math.ceil(width * scale / 512) * math.ceil(height * scale / 512) + 85
 
 

@@ -76,7 +76,8 @@ def normalize_item(raw: Any, param: str) -> ContextItem | ItemReference:
         if message.startswith("Object missing required field"):
             field = message.split("`")[1]
             raise MissingParam(f"Missing required parameter: '{where}.{field}'.", param=f"{where}.{field}") from None
-        raise InvalidParam(f"Invalid value for '{where}': {message}.", param=where) from None
+        code = "invalid_type" if message.startswith("Expected") else "invalid_value"
+        raise InvalidParam(f"Invalid value for '{where}': {message}.", param=where, code=code) from None
     if isinstance(item, ItemReference):
         return item  # expanded by the resolve stage, which can reach the store
     if isinstance(item, Message) and item.role == "assistant":

@@ -36,10 +36,14 @@ async def get_response(service: Service, session: Session, response_id: str) -> 
 
 async def delete_response(service: Service, session: Session, response_id: str) -> DeletedResponse:
     task = service.background.get(response_id)
+    if task is not None:
+        await get_response(service, session, response_id)  # another key's delete must not stop it
+        # Stop it before deleting: a cancelled turn stores itself, which would bring the response back.
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     if not await service.store.delete(session.owner, response_id):
         raise _not_found(response_id)
-    if task is not None:
-        task.cancel()
     service.forget(response_id)
     return DeletedResponse(id=response_id)
 

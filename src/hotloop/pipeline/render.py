@@ -6,6 +6,8 @@ Items without a slot in the template (web_search_call, …) are shown as text; r
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -33,11 +35,15 @@ from hotloop.wire.items import (
 )
 
 TOOL_PROMPT = (
-    "You can call functions. The available functions are listed in <tools></tools> as JSON.\n"
+    "You can call tools. These are the tools, one JSON object per line:\n"
     "<tools>\n{tools}\n</tools>\n"
-    "To call a function, answer with only this, one block per call:\n"
-    '<tool_call>\n{{"name": "<function name>", "arguments": {{<arguments as JSON>}}}}\n</tool_call>\n'
-    "Otherwise answer the user directly."
+    "\n"
+    "To call a tool, reply with only a <tool_call> block and nothing else, for example:\n"
+    "<tool_call>\n{example}\n</tool_call>\n"
+    'Put the tool\'s exact name in "name"{payload}. '
+    "For several calls, write one block per call. "
+    "The tool's result comes back in a message from the tool. "
+    "If no tool is needed, reply to the user in plain text."
 )
 
 
@@ -63,17 +69,34 @@ class ChatFormat:
 
 
 def tool_prompt(specs: Iterable[ToolSpec]) -> str:
+    """The system-prompt section offering the tools, with an example call to the first one (pure and stable)."""
     entries: list[dict[str, Any]] = []
+    specs = list(specs)
     for spec in specs:
         entry: dict[str, Any] = {"name": spec.name}
         if spec.description:
             entry["description"] = spec.description
         if spec.kind == "custom":
-            entry["input"] = 'freeform text: call with {"name": ..., "input": "<text>"}'
+            entry["input"] = "freeform text"
         else:
             entry["parameters"] = spec.parameters or {"type": "object", "properties": {}}
         entries.append(entry)
-    return TOOL_PROMPT.format(tools="\n".join(json.dumps(entry) for entry in entries))
+    first = specs[0]
+    if first.kind == "custom":
+        example = json.dumps({"name": first.name, "input": "<text>"})
+    else:
+        properties = (first.parameters or {}).get("properties")
+        names = list(properties)[:2] if isinstance(properties, dict) else []
+        example = json.dumps({"name": first.name, "arguments": {name: f"<{name}>" for name in names}})
+    kinds = {spec.kind for spec in specs}
+    payload = []
+    if "function" in kinds:
+        payload.append(' and its parameters as a JSON object in "arguments"')
+    if "custom" in kinds:
+        payload.append(' and a freeform tool\'s text as a string in "input"')
+    return TOOL_PROMPT.format(
+        tools="\n".join(json.dumps(entry) for entry in entries), example=example, payload=",".join(payload)
+    )
 
 
 def _parts_text(parts: Iterable[Any], param: str) -> str:
@@ -102,6 +125,15 @@ def _arguments(raw: str) -> Any:
         return raw
 
 
+def _sealed_text(blob: str) -> str:
+    """The text in an `encrypted_content` blob (pipeline/sealing.py's format; the validate stage checked its MAC)."""
+    body = blob.partition(".")[0]
+    try:
+        return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode("utf-8", errors="replace")
+    except (binascii.Error, ValueError):
+        return ""
+
+
 def _item_message(item: ContextItem, param: str) -> tuple[str, str] | None:
     if isinstance(item, Message):
         role = "system" if item.role == "developer" else item.role
@@ -116,7 +148,8 @@ def _item_message(item: ContextItem, param: str) -> tuple[str, str] | None:
     if isinstance(item, Reasoning):
         return None
     if isinstance(item, Compaction):
-        return "user", "[earlier conversation, compacted]"
+        summary = _sealed_text(item.encrypted_content)
+        return "user", "[earlier conversation, compacted]" + ("\n" + summary if summary else "")
     if isinstance(item, OtherItem):
         return "user", f"[{item.raw.get('type')}] {json.dumps(item.raw)}"
     return None

@@ -48,3 +48,12 @@ def open_blob(blob: str, secret: bytes) -> str:
             "The encrypted content could not be verified.", param="input", code="invalid_encrypted_content"
         )
     return payload.decode("utf-8", errors="replace")
+
+
+def peek(blob: str) -> str:
+    """The text of a blob already verified by `open_blob` (rendering runs after validation)."""
+    body = blob.partition(".")[0]
+    try:
+        return _unb64(body).decode("utf-8", errors="replace")
+    except (binascii.Error, ValueError):
+        return ""

@@ -75,6 +75,7 @@ class Turn:
         self.inband_errors = inband_errors
         self.builder = ResponseBuilder(response, stream_id)
         self.generate = request.generate is not False and not _prewarm(request)
+        self.cancelled_events: list[Event] = []
 
     # -- the event stream ---------------------------------------------------------------------------------------
 
@@ -136,21 +137,32 @@ class Turn:
     async def _finish(
         self, status: str, usage: Usage | None, reason: str | None, error: ErrorInfo | None
     ) -> list[Event]:
-        inband = None
-        if error is not None and self.inband_errors:
-            inband = ErrorBody(type="server_error", code=error.code, message=error.message, param=None)
-        events = self.builder.finish(status, usage, reason=reason, error=error, inband_error=inband)
+        """Persist, then cache, then the terminal event: a client that saw it end can read it back."""
+        events = self.builder.close(status, usage, reason=reason, error=error)
+        if self.response.store:
+            try:
+                await self.service.store.save(self.session.owner, self.response, self.new_items)
+            except Exception:
+                log.exception("could not store response %s", self.response.id)
+                error = ErrorInfo(code="store_unavailable", message="The response could not be stored.")
+                status = "failed"
+                self.builder.set_status(status, usage, error=error)
         if status in CONTINUABLE:
             self.session.remember(self.lane, self._chain_state())
         elif self.parent is not None:
             self.session.evict(self.lane, self.parent.response.id)
-        if self.response.store:
-            await self.service.store.save(self.session.owner, self.response, self.new_items)
-        return events
+        inband = None
+        if error is not None and self.inband_errors:
+            inband = ErrorBody(type="server_error", code=error.code, message=error.message, param=None)
+        return events + self.builder.terminal(inband)
 
     async def _finish_cancelled(self) -> None:
-        """The client went away or the response was cancelled: keep what finished, never cache it (§3.11)."""
-        self.builder.finish("cancelled", None)
+        """The client went away or the response was cancelled: keep what finished, never cache it (§3.11).
+
+        The terminal event is kept in `cancelled_events` for a listener that outlives the consumer (a streamed
+        background response cancelled by `POST …/cancel`).
+        """
+        self.cancelled_events = self.builder.finish("cancelled", None)
         if self.response.store:
             try:
                 await self.service.store.save(self.session.owner, self.response, self.new_items)
@@ -280,6 +292,10 @@ def _text_config(text: dict[str, Any] | None) -> dict[str, Any]:
     for key, value in (text or {}).items():
         if value is not None:
             config[key] = value
+    fmt = config["format"]
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        # The echoed format always has `description` and `strict` (OR `JsonSchemaResponseFormat` requires them).
+        config["format"] = {**fmt, "description": fmt.get("description"), "strict": fmt.get("strict") is True}
     return config
 
 

@@ -89,11 +89,9 @@ def _check_text(text: dict[str, object] | None) -> None:
     if text is None:
         return
     fmt = text.get("format")
-    if fmt is None:
-        return
-    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema")):
         raise InvalidParam("text.format.type must be 'text', 'json_object' or 'json_schema'.", param="text.format")
-    if fmt.get("type") == "json_schema":
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         if not isinstance(fmt.get("name"), str):
             raise InvalidParam("text.format.name is required for json_schema.", param="text.format.name")
         if not isinstance(fmt.get("schema"), dict):

@@ -68,6 +68,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
         Route("/v1/responses", http.websocket_required, methods=["GET"]),
         WebSocketRoute("/v1/responses", websocket_endpoint),
         Route("/v1/responses/input_tokens", http.count_input_tokens, methods=["POST"]),
+        Route("/v1/responses/compact", http.compact_response, methods=["POST"]),
         Route("/v1/responses/{response_id}", http.get_response, methods=["GET"]),
         Route("/v1/responses/{response_id}", http.delete_response, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/input_items", http.list_input_items, methods=["GET"]),

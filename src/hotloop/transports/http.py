@@ -20,6 +20,7 @@ from hotloop.errors import (
     UpgradeRequired,
 )
 from hotloop.pipeline import queries
+from hotloop.pipeline.compact import compact
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Session, owner_of
 from hotloop.pipeline.turn import Turn, start_turn
@@ -121,7 +122,7 @@ async def _json_result(request: Request, turn: Turn) -> Response:
             "param": None,
             "code": response.error.code,
         }
-        return JSONResponse({"error": error}, status_code=500)
+        return JSONResponse({"error": error}, status_code=503 if error["code"] == "store_unavailable" else 500)
     return raw_json(encode(response))
 
 
@@ -142,9 +143,15 @@ async def _background(service: Service, session: Session, turn: Turn, *, stream:
         try:
             async with contextlib.aclosing(turn.events()) as events:
                 async for event in events:
+                    if event.type == "response.in_progress":
+                        # GET shows the response generating, not still queued (protocol.md §1.6).
+                        await service.store.save(session.owner, turn.response, turn.new_items)
                     if stream:
                         listeners.put_nowait(event)
         finally:
+            if stream:
+                for event in turn.cancelled_events:
+                    listeners.put_nowait(event)
             listeners.put_nowait(None)
             service.background.pop(turn.response.id, None)
 
@@ -209,6 +216,13 @@ async def count_input_tokens(request: Request) -> Response:
     create = decode_create(await read_body(request, service.settings.max_body_bytes))
     turn = await start_turn(service, session, create)
     return JSONResponse({"object": "response.input_tokens", "input_tokens": len(turn.generation.prompt_tokens)})
+
+
+async def compact_response(request: Request) -> Response:
+    service = service_of(request)
+    session = http_session(request)
+    create = decode_create(await read_body(request, service.settings.max_body_bytes))
+    return raw_json(msgspec.json.encode(await compact(service, session, create)))
 
 
 async def websocket_required(request: Request) -> Response:

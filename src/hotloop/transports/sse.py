@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator
 
 from starlette.responses import StreamingResponse
@@ -13,8 +14,11 @@ HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 async def frames(events: AsyncGenerator[Event, None], done: bool) -> AsyncGenerator[bytes, None]:
-    async for event in events:
-        yield event.sse()
+    # Closing the events when the client goes away (the send fails here) cancels generation at once,
+    # rather than whenever the abandoned generator is collected.
+    async with contextlib.aclosing(events):
+        async for event in events:
+            yield event.sse()
     if done:
         yield DONE
 

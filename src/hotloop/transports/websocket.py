@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from hotloop.errors import HotloopError, PreviousResponseNotFound, UpgradeRequired
+from hotloop.errors import HotloopError, PreviousResponseNotFound, ServerError, UpgradeRequired
 from hotloop.pipeline.lanes import LaneLimits, LaneRouter, QueueFull
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Lane, Session, owner_of
@@ -29,11 +30,15 @@ from hotloop.wire.request import CreateRequest
 log = logging.getLogger("hotloop.websocket")
 Job = Callable[[], Awaitable[None]]
 CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_INTERNAL = 1000, 1001, 1008, 1011
+SEEN_RESPONSES = 256  # responses per connection whose lane and sequence a steer reply can name
 
 
 class Connection:
-    def __init__(self, websocket: WebSocket, service: Service, session: Session) -> None:
+    def __init__(
+        self, websocket: WebSocket, service: Service, session: Session, default_model: str | None = None
+    ) -> None:
         self.ws = websocket
+        self.default_model = default_model  # `?model=` on the upgrade URL (§3.1)
         self.service = service
         self.session = session
         settings = service.settings
@@ -52,6 +57,8 @@ class Connection:
         self.busy = 0
         self.limit_sent = False
         self.closed = asyncio.Event()
+        # Responses run on this connection: id → (lane, next sequence_number), for steer replies (§3.6).
+        self.seen: OrderedDict[str, tuple[Lane, int]] = OrderedDict()
 
     # -- sending ---------------------------------------------------------------------------------------------------
 
@@ -78,6 +85,8 @@ class Connection:
                 if data is None:
                     data = message.get("bytes") or b""
                 await self.on_frame(data)
+                if self.closed.is_set():
+                    return  # the server closed (1008): read nothing more, stop the work in flight
         except WebSocketDisconnect:
             return
         finally:
@@ -88,7 +97,12 @@ class Connection:
         try:
             kind = wire_request.decode_event_type(data)
             if kind == "response.create":
-                await self.on_create(wire_request.decode_create(data))
+                try:
+                    create = wire_request.decode_create(data)
+                except HotloopError as exc:
+                    await self.on_invalid_create(exc, data)
+                    return
+                await self.on_create(create)
             elif kind == "response.append":
                 self.on_append(wire_request.decode_append(data))
             elif kind == "response.steer":
@@ -98,20 +112,49 @@ class Connection:
             else:
                 raise HotloopError(f"Unknown event type '{kind}'.", param="type", code="unknown_event_type")
         except QueueFull:
+            self.closed.set()
             await self.ws.close(CLOSE_POLICY, "too many queued response.create events")
         except HotloopError as exc:
             await self.send_error(exc)
 
     async def on_create(self, create: CreateRequest) -> None:
-        stream_id = create.stream_id
+        if create.model is None and self.default_model:
+            create = _copy_request(create, model=self.default_model)
+        lane = await self._admit(create.stream_id)
+        if lane is not False:
+            self._enqueue(lane, lambda: self._run_turn(create, lane))
+
+    async def on_invalid_create(self, exc: HotloopError, data: str | bytes) -> None:
+        """A create whose fields fail to decode is still a create on its lane (§3.9): the error waits for the lane,
+        echoes its `stream_id` and evicts its `previous_response_id` (§3.8.3); nothing else of it is used."""
+        routing = _routing_of(data)
+        if not isinstance(routing.stream_id, str | None):
+            await self.send_error(exc)  # no usable lane: a connection-level error
+            return
+        lane = await self._admit(routing.stream_id)
+        if lane is False:
+            return
+        parent = routing.previous_response_id if isinstance(routing.previous_response_id, str) else None
+
+        async def job() -> None:
+            if self.router.expired():
+                await self.send_error(self.router.connection_limit_error(), lane)
+                return
+            if parent:
+                self.session.evict(lane, parent)
+            await self.send_error(exc, lane)
+
+        self._enqueue(lane, job)
+
+    async def _admit(self, stream_id: str | None) -> Lane | Literal[False]:
+        """The lane a create joins, or False after answering a connection-level error (§3.5, §3.11)."""
         try:
-            lane = self.router.admit(stream_id)
+            return self.router.admit(stream_id)
         except HotloopError as exc:
             valid = exc.code not in ("invalid_stream_id",)
             await self.send_error(exc, stream_id if valid else None)
             await self._maybe_close_expired()
-            return
-        self._enqueue(lane, lambda: self._run_turn(create, lane))
+            return False
 
     def on_append(self, event: wire_request.AppendEvent) -> None:
         """Legacy `response.append`: continue the default lane's latest response (§3.6), resolved at its turn."""
@@ -123,21 +166,25 @@ class Connection:
             if latest is None:
                 await self.send_error(PreviousResponseNotFound("(none)", param="input"))
                 return
-            create = _copy_request(latest.request, previous_response_id=latest.response.id, input=event.input)
+            # Every field comes from the latest request except `generate`: an append after a warmup generates.
+            create = _copy_request(
+                latest.request, previous_response_id=latest.response.id, input=event.input, generate=None
+            )
             await self._run_turn(create, lane)
 
         self._enqueue(lane, job)
 
     async def on_steer(self, event: wire_request.SteerEvent) -> None:
-        """Steering is not implemented: answer `response.steer.failed` (§3.6)."""
+        """Steering is not implemented: answer `response.steer.failed` with the target's lane and next number (§3.6)."""
         target = event.previous_response_id
+        lane, seq = self.seen.get(target or "", (None, 0))
         steer = {"previous_response_id": target, "input": event.input}
         error = {
             "type": "invalid_request_error",
             "code": "steering_not_supported",
             "message": "Steering is not supported by this server.",
         }
-        await self.send(encode_event(SteerFailed(sequence_number=0, steer=steer, error=error)).data)
+        await self.send(encode_event(SteerFailed(sequence_number=seq, stream_id=lane, steer=steer, error=error)).data)
 
     # -- lanes -----------------------------------------------------------------------------------------------------
 
@@ -157,7 +204,7 @@ class Connection:
             try:
                 async with self.active:
                     await job()
-            except (WebSocketDisconnect, RuntimeError) as exc:
+            except (WebSocketDisconnect, RuntimeError, OSError) as exc:  # uvicorn's ClientDisconnected is an OSError
                 log.debug("send failed, connection closing: %s", exc)
             except Exception:
                 log.exception("websocket job failed")
@@ -174,14 +221,29 @@ class Connection:
         except HotloopError as exc:
             await self.send_error(exc, lane)
             return
+        except Exception:  # a fault of ours (storage, …): still answer the create, never leave it hanging
+            log.exception("could not start a response")
+            if create.previous_response_id:
+                self.session.evict(lane, create.previous_response_id)
+            await self.send_error(ServerError("The server had an error while processing your request."), lane)
+            return
+        response_id = turn.response.id
+        sent = 0
         async with contextlib.aclosing(turn.events()) as events:
             async for event in events:
                 await self.send(event.data)
+                sent += 1
+                self.seen[response_id] = (lane, sent)
+        self.seen.move_to_end(response_id)
+        while len(self.seen) > SEEN_RESPONSES:
+            self.seen.popitem(last=False)
 
     # -- lifetime --------------------------------------------------------------------------------------------------
 
     async def _age_timer(self) -> None:
-        await asyncio.sleep(self.router.limits.max_age_s)
+        # Loop timers may fire a little early against time.monotonic(): sleep until the limit has really passed.
+        while not self.router.expired():
+            await asyncio.sleep(max(self.router.remaining(), 0.001))
         await self._maybe_close_expired()
 
     async def _maybe_close_expired(self) -> None:
@@ -205,6 +267,20 @@ class Connection:
         self.session.clear()
 
 
+class _Routing(msgspec.Struct):
+    """The routing fields of a create frame that failed to decode, read leniently."""
+
+    stream_id: Any = None
+    previous_response_id: Any = None
+
+
+def _routing_of(data: str | bytes) -> _Routing:
+    try:
+        return msgspec.json.decode(data, type=_Routing)
+    except msgspec.DecodeError:  # ValidationError included
+        return _Routing()
+
+
 def _copy_request(request: CreateRequest, **changes: Any) -> CreateRequest:
     return msgspec.structs.replace(request, **changes)
 
@@ -221,4 +297,5 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         return
     await websocket.accept(subprotocol=selected_subprotocol(websocket.headers))
     session = service.session(owner_of(key, bool(settings.api_keys)), caching=True)
-    await Connection(websocket, service, session).run()
+    default_model = websocket.query_params.get("model") or None  # other query parameters are ignored (§3.1)
+    await Connection(websocket, service, session, default_model).run()

@@ -164,6 +164,41 @@ class ResponseBuilder:
         self.response.output.append(done)
         return out
 
+    def close(
+        self, status: str, usage: Usage | None, *, reason: str | None = None, error: ErrorInfo | None = None
+    ) -> list[Event]:
+        """Close the open item and set the final state; the terminal event follows with `terminal()`.
+
+        The two steps are apart so that the caller can persist the final state first and still turn the
+        response into a failure if that does not work.
+        """
+        if status == "cancelled":
+            # Only the items finished so far are kept (protocol.md §3.11); the open one was cut off.
+            self._open = None
+            out: list[Event] = []
+        else:
+            out = self._close_item("incomplete" if status == "incomplete" else "completed")
+        self.set_status(status, usage, reason=reason, error=error)
+        return out
+
+    def set_status(
+        self, status: str, usage: Usage | None, *, reason: str | None = None, error: ErrorInfo | None = None
+    ) -> None:
+        response = self.response
+        response.status = status  # type: ignore[assignment]
+        response.usage = usage
+        response.error = error
+        response.incomplete_details = IncompleteDetails(reason=reason) if reason else None
+        response.completed_at = int(time.time()) if status == "completed" else None
+
+    def terminal(self, inband_error: ev.ErrorBody | None = None) -> list[Event]:
+        """The one terminal event (§2.3); on SSE an in-band `error` event precedes a failure (§2.9)."""
+        out: list[Event] = []
+        if inband_error is not None:
+            out.append(self._emit(ev.StreamError, error=inband_error))
+        out.append(self._emit(ev.TERMINAL_EVENTS[self.response.status], terminal=True, response=self.response))
+        return out
+
     def finish(
         self,
         status: str,
@@ -173,15 +208,5 @@ class ResponseBuilder:
         error: ErrorInfo | None = None,
         inband_error: ev.ErrorBody | None = None,
     ) -> list[Event]:
-        """Close the open item and emit the one terminal event (§2.3); `inband_error` precedes a failure on SSE."""
-        out = self._close_item("incomplete" if status == "incomplete" else "completed")
-        response = self.response
-        response.status = status  # type: ignore[assignment]
-        response.usage = usage
-        response.error = error
-        response.incomplete_details = IncompleteDetails(reason=reason) if reason else None
-        response.completed_at = int(time.time()) if status == "completed" else None
-        if inband_error is not None:
-            out.append(self._emit(ev.StreamError, error=inband_error))
-        out.append(self._emit(ev.TERMINAL_EVENTS[status], terminal=True, response=response))
-        return out
+        """`close()` then `terminal()`."""
+        return self.close(status, usage, reason=reason, error=error) + self.terminal(inband_error)

@@ -169,3 +169,14 @@ def item_to_builtins(item: ContextItem) -> Any:
     if isinstance(item, OtherItem):
         return item.raw
     return msgspec.to_builtins(item)
+
+
+def output_text(items: list[OutputItem]) -> str:
+    """The text of the assistant messages among `items` (the SDK's `output_text`)."""
+    return "".join(
+        part.text
+        for item in items
+        if isinstance(item, Message)
+        for part in item.content
+        if isinstance(part, OutputText)
+    )

@@ -105,7 +105,7 @@ def _decode(decoder: msgspec.json.Decoder[Any], data: bytes | str) -> Any:
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as exc:
-        if str(exc).startswith("Expected `object`, got"):
+        if str(exc).startswith("Expected `object`, got") and param_of(exc)[1] is None:  # the body, not a field
             raise InvalidParam("The request body must be a JSON object.", param=None, code="invalid_type") from None
         raise _validation_error(exc) from None
     except msgspec.DecodeError as exc:

@@ -1,0 +1,128 @@
+"""Shared helpers of the HTTP tests: raw SSE parsing, event-sequence checks and error-body checks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from schema import check_event, check_response
+
+TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather for a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "unit": {"type": "string", "enum": ["c", "f"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 7},
+        },
+        "required": ["city", "unit", "days"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+TIME_TOOL: dict[str, Any] = {
+    "type": "function",
+    "name": "get_time",
+    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]},
+}
+
+
+def parse_sse(text: str, *, done: bool = True) -> list[dict[str, Any]]:
+    """Events of an SSE body: `event:` equals the JSON type, one `data:` line each, `[DONE]` last; all validated."""
+    blocks = [block for block in text.split("\n\n") if block.strip()]
+    events: list[dict[str, Any]] = []
+    if done:
+        assert blocks[-1] == "data: [DONE]", blocks[-1]
+        blocks = blocks[:-1]
+    for block in blocks:
+        lines = block.split("\n")
+        assert len(lines) == 2, block
+        assert lines[0].startswith("event: ") and lines[1].startswith("data: "), block
+        event = json.loads(lines[1][len("data: ") :])
+        assert lines[0][len("event: ") :] == event["type"]
+        assert "[DONE]" not in block
+        check_event(event)
+        events.append(event)
+    return events
+
+
+def stream_create(http: httpx.Client, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """POST with `stream: true`; checks the headers and returns the validated events."""
+    reply = http.post("/responses", json={**body, "stream": True})
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["content-type"].startswith("text/event-stream")
+    assert reply.headers["cache-control"] == "no-cache"
+    return parse_sse(reply.text)
+
+
+def check_sequence(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The lifecycle rules of protocol.md §2.2-§2.3; returns the terminal response."""
+    assert [event["sequence_number"] for event in events] == list(range(len(events)))
+    assert events[0]["type"] == "response.created"
+    assert events[0]["response"]["output"] == [] and events[0]["response"]["usage"] is None
+    terminals = [event for event in events if event["type"] in TERMINAL]
+    assert len(terminals) == 1 and events[-1] is terminals[0]
+    done_items = [event["item"] for event in events if event["type"] == "response.output_item.done"]
+    assert [event["output_index"] for event in events if event["type"] == "response.output_item.done"] == list(
+        range(len(done_items))
+    )
+    final: dict[str, Any] = events[-1]["response"]
+    assert final["output"] == done_items
+    for event in events:
+        if "response" in event:
+            assert event["response"]["id"] == final["id"]
+            check_response(event["response"])
+    # Items one at a time: each added is followed by its done before the next added.
+    open_index: int | None = None
+    for event in events:
+        if event["type"] == "response.output_item.added":
+            assert open_index is None
+            open_index = event["output_index"]
+        elif event["type"] == "response.output_item.done":
+            assert open_index == event["output_index"]
+            open_index = None
+        elif "output_index" in event:
+            assert event["output_index"] == open_index
+    return final
+
+
+def error_of(reply: httpx.Response, status: int, code: str, param: str | None) -> dict[str, Any]:
+    """Assert an error reply: status, JSON, the 4-key body, code and param."""
+    assert reply.status_code == status, (reply.status_code, reply.text)
+    assert reply.headers["content-type"].startswith("application/json")
+    body = reply.json()
+    assert set(body) == {"error"}
+    error: dict[str, Any] = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["type"], str)
+    assert error["code"] == code, error
+    assert error["param"] == param, error
+    return error
+
+
+def output_text(response: dict[str, Any]) -> str:
+    return "".join(
+        part["text"]
+        for item in response["output"]
+        if item["type"] == "message"
+        for part in item["content"]
+        if part["type"] == "output_text"
+    )
+
+
+def calls(response: dict[str, Any]) -> list[dict[str, Any]]:
+    return [item for item in response["output"] if item["type"] == "function_call"]
+
+
+def sdk_json(obj: Any) -> dict[str, Any]:
+    """An SDK object as the wire sent it: `exclude_unset` keeps the SDK's own None defaults (e.g. a message's
+    `phase: null`, which the OR schema rejects) out of what is validated."""
+    data: dict[str, Any] = obj.model_dump(mode="json", exclude_unset=True, by_alias=True)
+    return data

@@ -1,0 +1,284 @@
+"""Create parameters and input item kinds over HTTP (protocol.md §1.2, §1.3, §2.8)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import time
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from PIL import Image
+
+from conftest import RunningServer
+from http_support import TIME_TOOL, calls, check_sequence, output_text, sdk_json, stream_create
+from schema import check_response
+
+SIM = "hotloop-sim"
+
+
+def create(server: RunningServer, **body: Any) -> dict[str, Any]:
+    response = sdk_json(server.client().responses.create(model=SIM, **body))
+    check_response(response)
+    return response
+
+
+def count(server: RunningServer, **body: Any) -> int:
+    with server.http() as http:
+        reply = http.post("/responses/input_tokens", json={"model": SIM, **body})
+    assert reply.status_code == 200, reply.text
+    tokens: int = reply.json()["input_tokens"]
+    return tokens
+
+
+def png_data_url(width: int, height: int) -> str:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 30)).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+# -- generation limits and echoed parameters -----------------------------------------------------------------------
+
+
+def test_max_output_tokens_incomplete_json(server: RunningServer) -> None:
+    response = create(server, input="Talk a lot.", max_output_tokens=16, metadata={"sim_output_tokens": "200"})
+    assert response["status"] == "incomplete" and response["max_output_tokens"] == 16
+    assert response["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert response["completed_at"] is None and response["error"] is None
+    assert response["usage"]["output_tokens"] == 16
+    [message] = response["output"]
+    assert message["status"] == "incomplete" and message["content"][0]["text"]
+    with server.http() as http:
+        assert http.get(f"/responses/{response['id']}").json() == response
+
+
+def test_max_output_tokens_incomplete_sse(server: RunningServer) -> None:
+    with server.http() as http:
+        events = stream_create(
+            http, {"model": SIM, "input": "x", "max_output_tokens": 16, "metadata": {"sim_output_tokens": "100"}}
+        )
+    final = check_sequence(events)
+    types = [event["type"] for event in events]
+    assert types[-1] == "response.incomplete" and "response.completed" not in types
+    # The open part is closed normally before the item ends incomplete.
+    assert types[-4:-1] == ["response.output_text.done", "response.content_part.done", "response.output_item.done"]
+    assert events[-2]["item"]["status"] == "incomplete"
+    assert final["status"] == "incomplete" and final["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert final["usage"] is not None and final["completed_at"] is None
+    # An incomplete response is continuable.
+    follow = create(server, input="go on", previous_response_id=final["id"])
+    assert follow["status"] == "completed"
+
+
+def test_max_output_tokens_not_reached(server: RunningServer) -> None:
+    response = create(server, input="short", max_output_tokens=500)
+    assert response["status"] == "completed" and response["incomplete_details"] is None
+
+
+def test_sampling_and_echoed_fields(server: RunningServer) -> None:
+    response = create(
+        server,
+        input="x",
+        temperature=0.3,
+        top_p=0.9,
+        metadata={"team": "infra", "run": "42"},
+        max_tool_calls=3,
+        truncation="auto",
+        prompt_cache_key="pck-1",
+        safety_identifier="user-hash",
+        user="u-1",
+        reasoning={"effort": "low"},
+        include=["message.output_text.logprobs", "reasoning.encrypted_content", "file_search_call.results"],
+        instructions="Be brief.",
+    )
+    assert response["status"] == "completed"
+    assert response["temperature"] == 0.3 and response["top_p"] == 0.9
+    assert response["metadata"] == {"team": "infra", "run": "42"}
+    assert response["max_tool_calls"] == 3 and response["truncation"] == "auto"
+    assert response["prompt_cache_key"] == "pck-1" and response["safety_identifier"] == "user-hash"
+    assert response["reasoning"]["effort"] == "low" and response["instructions"] == "Be brief."
+    default = create(server, input="x", temperature=None, top_p=None, metadata=None)
+    assert default["temperature"] == 1.0 and default["top_p"] == 1.0 and default["metadata"] == {}
+    assert default["presence_penalty"] == 0 and default["frequency_penalty"] == 0 and default["top_logprobs"] == 0
+    assert default["truncation"] == "disabled" and default["service_tier"] == "default"
+    assert default["text"]["format"] == {"type": "text"} and default["reasoning"] == {"effort": None, "summary": None}
+
+
+def test_json_schema_output(server: RunningServer) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string"},
+            "score": {"type": "integer", "minimum": 1, "maximum": 5},
+            "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2},
+            "kind": {"type": "string", "enum": ["a", "b"]},
+        },
+        "required": ["title", "score", "tags", "kind"],
+        "additionalProperties": False,
+    }
+    fmt = {"type": "json_schema", "name": "review", "schema": schema, "strict": True}
+    for prompt in ("one", "two", "three"):
+        response = create(server, input=prompt, text={"format": fmt})
+        Draft202012Validator(schema).validate(json.loads(output_text(response)))
+    assert response["text"]["format"]["name"] == "review" and response["text"]["format"]["schema"] == schema
+    with server.http() as http:
+        events = stream_create(http, {"model": SIM, "input": "s", "text": {"format": fmt}})
+    Draft202012Validator(schema).validate(json.loads(output_text(check_sequence(events))))
+    loose = create(server, input="l", text={"format": {"type": "json_schema", "name": "n", "schema": schema}})
+    assert loose["text"]["format"]["strict"] is False and loose["text"]["format"]["description"] is None
+    plain = create(server, input="j", text={"format": {"type": "json_object"}})
+    assert isinstance(json.loads(output_text(plain)), dict)
+
+
+# -- input item kinds (protocol.md §1.3) -------------------------------------------------------------------------------
+
+
+def test_input_string_and_parts_render_alike(server: RunningServer) -> None:
+    as_string = count(server, input=[{"role": "user", "content": "hello there"}])
+    as_parts = count(
+        server, input=[{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello there"}]}]
+    )
+    as_input = count(server, input="hello there")
+    assert as_string == as_parts == as_input
+    response = create(server, input=[{"role": "developer", "content": "rules"}, {"role": "user", "content": "hi"}])
+    assert response["status"] == "completed"
+
+
+def test_input_image_data_url(server: RunningServer) -> None:
+    url = png_data_url(64, 48)
+    content = [{"type": "input_text", "text": "What is this?"}, {"type": "input_image", "image_url": url}]
+    response = create(server, input=[{"role": "user", "content": content}])
+    assert response["status"] == "completed"
+    low = count(server, input=[{"role": "user", "content": [{**content[1], "detail": "low"}]}])
+    remote = count(
+        server, input=[{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}]
+    )
+    text_only = count(server, input=[{"role": "user", "content": content[:1]}])
+    assert low > 0 and remote > 0 and text_only > 0
+    with server.http() as http:
+        items = http.get(f"/responses/{response['id']}/input_items").json()["data"]
+    assert items[0]["content"][1]["image_url"] == url  # stored as sent
+
+
+def test_input_file_base64_text(server: RunningServer) -> None:
+    def file_part(text: str) -> dict[str, Any]:
+        data = base64.b64encode(text.encode()).decode()
+        return {"type": "input_file", "filename": "notes.txt", "file_data": data}
+
+    short = count(server, input=[{"role": "user", "content": [file_part("alpha")]}])
+    long = count(server, input=[{"role": "user", "content": [file_part("alpha beta gamma delta " * 20)]}])
+    assert long > short + 40  # the text file's content reaches the prompt
+    data_url = {"type": "input_file", "filename": "n.md", "file_data": "data:text/markdown;base64,IyBoaQ=="}
+    response = create(server, input=[{"role": "user", "content": [file_part("hello"), data_url]}])
+    assert response["status"] == "completed"
+
+
+def test_assistant_replay_without_id_or_status(server: RunningServer) -> None:
+    first = create(server, input="hi")
+    replay_exact = [{"role": "user", "content": "hi"}, *first["output"], {"role": "user", "content": "more"}]
+    bare = {"role": "assistant", "content": [{"type": "output_text", "text": output_text(first)}]}
+    replay_bare = [{"role": "user", "content": "hi"}, bare, {"role": "user", "content": "more"}]
+    replay_string = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": output_text(first)},
+        {"role": "user", "content": "more"},
+    ]
+    counts = {count(server, input=replay) for replay in (replay_exact, replay_bare, replay_string)}
+    assert len(counts) == 1  # ids, status, annotations and string content do not change the rendering
+    chained = count(server, previous_response_id=first["id"], input=[{"role": "user", "content": "more"}])
+    assert counts == {chained}
+    assert create(server, input=replay_bare)["status"] == "completed"
+
+
+def test_reasoning_and_unknown_items(server: RunningServer) -> None:
+    items = [
+        {"role": "user", "content": "search something"},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "I should search."}]},
+        {"type": "reasoning", "id": "rs_old", "summary": [], "content": [{"type": "reasoning_text", "text": "hm"}]},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}},
+        {
+            "type": "local_shell_call",
+            "id": "lsc_1",
+            "call_id": "c1",
+            "status": "completed",
+            "action": {"type": "exec", "command": ["ls"]},
+        },
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}], "phase": "commentary"},
+        {"role": "user", "content": [{"type": "text", "text": "Open Responses text part"}]},
+    ]
+    response = create(server, input=items)
+    assert response["status"] == "completed"
+    with server.http() as http:
+        listed = http.get(f"/responses/{response['id']}/input_items", params={"order": "asc"}).json()["data"]
+    assert [item["type"] for item in listed] == [
+        "message",
+        "reasoning",
+        "reasoning",
+        "web_search_call",
+        "local_shell_call",
+        "message",
+        "message",
+    ]
+    assert listed[3]["action"] == items[3]["action"]  # unknown items are kept verbatim
+
+
+def test_item_reference(server: RunningServer) -> None:
+    first = create(server, input=[{"role": "user", "content": "remember the number 12345"}])
+    message_id = first["output"][0]["id"]
+    with server.http() as http:
+        input_id = http.get(f"/responses/{first['id']}/input_items").json()["data"][0]["id"]
+    referenced = count(
+        server, input=[{"type": "item_reference", "id": input_id}, {"type": "item_reference", "id": message_id}]
+    )
+    copied = count(server, input=[{"role": "user", "content": "remember the number 12345"}, first["output"][0]])
+    assert referenced == copied
+    # `type` may be omitted on a reference.
+    response = create(server, input=[{"id": message_id}, {"role": "user", "content": "and?"}])
+    assert response["status"] == "completed"
+
+
+def test_hosted_tools_accepted_not_echoed(server: RunningServer) -> None:
+    chat_shape = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    tools = [{"type": "web_search"}, {"type": "file_search", "vector_store_ids": ["vs_1"]}, chat_shape, TIME_TOOL]
+    response = create(server, input="x", tools=tools, tool_choice="required")
+    assert response["tools"] == [
+        {"type": "function", "name": "lookup", "description": None, "parameters": {"type": "object"}, "strict": None},
+        {**TIME_TOOL, "description": None, "strict": None},
+    ]
+    [call] = calls(response)
+    assert call["name"] in ("lookup", "get_time")
+    only_hosted = create(server, input="x", tools=[{"type": "web_search"}, {"type": "local_shell"}])
+    assert only_hosted["tools"] == [] and calls(only_hosted) == []
+
+
+def test_generate_false_warmup(server: RunningServer) -> None:
+    """`generate: false` is accepted on HTTP: no output, and a continuation reuses the prefilled prompt."""
+    warm = create(
+        server, input="a long shared system context " * 5, instructions="Stay warm.", extra_body={"generate": False}
+    )
+    assert warm["status"] == "completed" and warm["output"] == []
+    assert warm["usage"]["output_tokens"] == 0 and warm["usage"]["input_tokens"] > 0
+    follow = create(server, input="now answer", instructions="Stay warm.", previous_response_id=warm["id"])
+    assert follow["status"] == "completed" and output_text(follow)
+    assert follow["usage"]["input_tokens_details"]["cached_tokens"] >= warm["usage"]["input_tokens"] - 8
+    prewarm = create(server, input="x", extra_body={"prompt_cache_options": {"prewarm": True}})
+    assert prewarm["output"] == [] and prewarm["status"] == "completed"
+
+
+def test_sse_disconnect_stores_cancelled(server: RunningServer) -> None:
+    with server.http() as http:
+        body = {"model": SIM, "input": "slow", "stream": True, "metadata": {"sim_tps": "5"}}
+        with http.stream("POST", "/responses", json=body) as reply:
+            lines = reply.iter_lines()
+            first = [next(lines) for _ in range(2)]
+        response_id = json.loads(first[1].removeprefix("data: "))["response"]["id"]
+        deadline = time.monotonic() + 10
+        while (stored := http.get(f"/responses/{response_id}")).status_code != 200 or stored.json()[
+            "status"
+        ] != "cancelled":
+            assert time.monotonic() < deadline, stored.text
+            time.sleep(0.05)
+    check_response(stored.json())
+    assert stored.json()["usage"] is None and stored.json()["completed_at"] is None
+    assert stored.json()["output"] == []  # the open message was not finished
