@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any, Literal
 
 import msgspec
@@ -13,6 +12,15 @@ from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Session
 from hotloop.wire.items import item_to_builtins
 from hotloop.wire.response import TERMINAL_STATUSES, DeletedResponse, Response
+
+
+async def _stopped(task: asyncio.Task[None]) -> None:
+    """Cancel a background turn and wait until it has stored its final state.
+
+    `asyncio.wait` does not raise the task's cancellation into the caller, so the request itself stays alive.
+    """
+    task.cancel()
+    await asyncio.wait({task})
 
 
 class ItemList(msgspec.Struct):
@@ -39,9 +47,7 @@ async def delete_response(service: Service, session: Session, response_id: str) 
     if task is not None:
         await get_response(service, session, response_id)  # another key's delete must not stop it
         # Stop it before deleting: a cancelled turn stores itself, which would bring the response back.
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await _stopped(task)
     if not await service.store.delete(session.owner, response_id):
         raise _not_found(response_id)
     service.forget(response_id)
@@ -77,8 +83,6 @@ async def cancel_response(service: Service, session: Session, response_id: str) 
         )
     task = service.background.get(response_id)
     if task is not None and response.status not in TERMINAL_STATUSES:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await _stopped(task)
         response = await get_response(service, session, response_id)
     return response

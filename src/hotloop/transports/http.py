@@ -19,6 +19,7 @@ from hotloop.errors import (
     UnsupportedParam,
     UpgradeRequired,
 )
+from hotloop.models import Model
 from hotloop.pipeline import queries
 from hotloop.pipeline.compact import compact
 from hotloop.pipeline.service import Service
@@ -46,12 +47,12 @@ def service_of(request: Request) -> Service:
     return service
 
 
-def http_session(request: Request) -> Session:
+def http_session(request: Request) -> tuple[Service, Session]:
     """Authenticate and build a cache-less session; raises `Unauthorized`."""
     service = service_of(request)
     keys = service.settings.api_keys
     key = authenticate(request.headers, keys)
-    return service.session(owner_of(key, bool(keys)), caching=False)
+    return service, service.session(owner_of(key, bool(keys)), caching=False)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -80,8 +81,7 @@ def _strict_check(body: bytes) -> None:
 
 async def create_response(request: Request) -> Response:
     """POST /v1/responses: JSON, SSE (`stream: true`) or background."""
-    service = service_of(request)
-    session = http_session(request)
+    service, session = http_session(request)
     body = await read_body(request, service.settings.max_body_bytes)
     create = decode_create(body)
     if service.settings.strict_params:
@@ -167,8 +167,7 @@ async def _background(service: Service, session: Session, turn: Turn, *, stream:
 
 
 async def get_response(request: Request) -> Response:
-    service = service_of(request)
-    session = http_session(request)
+    service, session = http_session(request)
     if request.query_params.get("stream") in ("true", "1"):
         raise UnsupportedParam("Replaying a stored response as a stream is not supported.", param="stream")
     response = await queries.get_response(service, session, request.path_params["response_id"])
@@ -176,15 +175,13 @@ async def get_response(request: Request) -> Response:
 
 
 async def delete_response(request: Request) -> Response:
-    service = service_of(request)
-    session = http_session(request)
+    service, session = http_session(request)
     deleted = await queries.delete_response(service, session, request.path_params["response_id"])
     return raw_json(encode(deleted))
 
 
 async def list_input_items(request: Request) -> Response:
-    service = service_of(request)
-    session = http_session(request)
+    service, session = http_session(request)
     query = request.query_params
     raw_limit = query.get("limit", "20")
     if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 100:
@@ -204,23 +201,20 @@ async def list_input_items(request: Request) -> Response:
 
 
 async def cancel_response(request: Request) -> Response:
-    service = service_of(request)
-    session = http_session(request)
+    service, session = http_session(request)
     response = await queries.cancel_response(service, session, request.path_params["response_id"])
     return raw_json(encode(response))
 
 
 async def count_input_tokens(request: Request) -> Response:
-    service = service_of(request)
-    session = http_session(request)
+    service, session = http_session(request)
     create = decode_create(await read_body(request, service.settings.max_body_bytes))
     turn = await start_turn(service, session, create)
     return JSONResponse({"object": "response.input_tokens", "input_tokens": len(turn.generation.prompt_tokens)})
 
 
 async def compact_response(request: Request) -> Response:
-    service = service_of(request)
-    session = http_session(request)
+    service, session = http_session(request)
     create = decode_create(await read_body(request, service.settings.max_body_bytes))
     return raw_json(msgspec.json.encode(await compact(service, session, create)))
 
@@ -231,23 +225,21 @@ async def websocket_required(request: Request) -> Response:
     raise UpgradeRequired("Use a WebSocket upgrade on GET /v1/responses, or POST to create a response.")
 
 
+def _model_object(model: Model) -> dict[str, Any]:
+    return {"id": model.id, "object": "model", "created": model.created, "owned_by": model.owned_by}
+
+
 async def list_models(request: Request) -> Response:
-    http_session(request)
-    data: list[dict[str, Any]] = [
-        {"id": m.id, "object": "model", "created": m.created, "owned_by": m.owned_by}
-        for m in service_of(request).models
-    ]
-    return JSONResponse({"object": "list", "data": data})
+    service, _ = http_session(request)
+    return JSONResponse({"object": "list", "data": [_model_object(model) for model in service.models]})
 
 
 async def get_model(request: Request) -> Response:
-    http_session(request)
+    service, _ = http_session(request)
     model_id = request.path_params["model_id"]
-    for model in service_of(request).models:
+    for model in service.models:
         if model.id == model_id:
-            return JSONResponse(
-                {"id": model.id, "object": "model", "created": model.created, "owned_by": model.owned_by}
-            )
+            return JSONResponse(_model_object(model))
     raise NotFound(f"The model '{model_id}' does not exist.", param="model", code="model_not_found")
 
 
