@@ -94,3 +94,20 @@ def test_a_json_list_of_calls_in_one_block() -> None:
     assert parser.feed("[") == []
     assert parser.feed("1] see note") == [TextDelta("[1] see note")]
     assert run(ToolCallParser([WEATHER], parallel=True), ['[{"name": "nope"}]']) == [TextDelta('[{"name": "nope"}]')]
+
+
+def test_namespaced_tools_with_equal_names_stay_apart() -> None:
+    """Namespace members are offered and parsed as `namespace.name`, so two `search` tools do not collide."""
+    from hotloop.pipeline.render import chat_messages
+
+    docs = ToolSpec(name="search", namespace="docs")
+    web = ToolSpec(name="search", namespace="web")
+    system = chat_messages(None, (docs, web), [])[0]["content"]
+    assert '"name": "docs.search"' in system and '"name": "web.search"' in system
+    out = run(
+        ToolCallParser([docs, web], parallel=True), ['<tool_call>{"name": "web.search", "arguments": {}}</tool_call>']
+    )
+    assert out[0] == ToolCallStart("search", "function", "web")
+    assert run(ToolCallParser([docs, web], parallel=True), ['{"name": "search", "arguments": {}}']) == [
+        TextDelta('{"name": "search", "arguments": {}}')
+    ]

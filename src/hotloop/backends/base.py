@@ -17,6 +17,15 @@ class ToolSpec(msgspec.Struct, frozen=True):
     parameters: dict[str, Any] | None = None
     namespace: str | None = None
 
+    @property
+    def prompt_name(self) -> str:
+        """The name the model sees and calls: namespaced tools as `namespace.name`, so equal names stay apart."""
+        return prompt_name(self.name, self.namespace)
+
+
+def prompt_name(name: str, namespace: str | None) -> str:
+    return f"{namespace}.{name}" if namespace else name
+
 
 class GenerationRequest(msgspec.Struct, kw_only=True):
     """Everything a backend needs for one response; built by the pipeline's render stage."""

@@ -53,7 +53,11 @@ def output_schema(request: GenerationRequest) -> dict[str, Any] | None:
                 {"type": "string"} if spec.kind == "custom" else spec.parameters or {"type": "object"}
             )
             branches.append(
-                {"type": "object", "properties": {"name": {"const": spec.name}, key: value}, "required": ["name", key]}
+                {
+                    "type": "object",
+                    "properties": {"name": {"const": spec.prompt_name}, key: value},
+                    "required": ["name", key],
+                }
             )
         if branches:
             return branches[0] if len(branches) == 1 else {"anyOf": branches}

@@ -20,7 +20,7 @@ _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
 class ToolCallParser:
     def __init__(self, tools: Sequence[ToolSpec], parallel: bool) -> None:
-        self._tools = {spec.name: spec for spec in tools}
+        self._tools = {spec.prompt_name: spec for spec in tools}
         self._parallel = parallel
         self._held: list[str] | None = None  # None: still deciding; a list: holding a possible call
         self._start = ""

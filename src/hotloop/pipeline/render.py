@@ -15,7 +15,7 @@ from typing import Any
 import jinja2
 import jinja2.sandbox
 
-from hotloop.backends.base import Tokenizer, ToolSpec
+from hotloop.backends.base import Tokenizer, ToolSpec, prompt_name
 from hotloop.pipeline.media import describe_file, describe_image
 from hotloop.wire.items import (
     Compaction,
@@ -73,7 +73,7 @@ def tool_prompt(specs: Iterable[ToolSpec]) -> str:
     entries: list[dict[str, Any]] = []
     specs = list(specs)
     for spec in specs:
-        entry: dict[str, Any] = {"name": spec.name}
+        entry: dict[str, Any] = {"name": spec.prompt_name}
         if spec.description:
             entry["description"] = spec.description
         if spec.kind == "custom":
@@ -83,11 +83,11 @@ def tool_prompt(specs: Iterable[ToolSpec]) -> str:
         entries.append(entry)
     first = specs[0]
     if first.kind == "custom":
-        example = json.dumps({"name": first.name, "input": "<text>"})
+        example = json.dumps({"name": first.prompt_name, "input": "<text>"})
     else:
         properties = (first.parameters or {}).get("properties")
         names = list(properties)[:2] if isinstance(properties, dict) else []
-        example = json.dumps({"name": first.name, "arguments": {name: f"<{name}>" for name in names}})
+        example = json.dumps({"name": first.prompt_name, "arguments": {name: f"<{name}>" for name in names}})
     kinds = {spec.kind for spec in specs}
     payload = []
     if "function" in kinds:
@@ -139,9 +139,11 @@ def _item_message(item: ContextItem, param: str) -> tuple[str, str] | None:
         role = "system" if item.role == "developer" else item.role
         return role, _parts_text(item.content, param)
     if isinstance(item, FunctionCall):
-        return "assistant", _call_text(item.name, {"arguments": _arguments(item.arguments)})
+        return "assistant", _call_text(
+            prompt_name(item.name, item.namespace), {"arguments": _arguments(item.arguments)}
+        )
     if isinstance(item, CustomToolCall):
-        return "assistant", _call_text(item.name, {"input": item.input})
+        return "assistant", _call_text(prompt_name(item.name, item.namespace), {"input": item.input})
     if isinstance(item, FunctionCallOutput | CustomToolCallOutput):
         output = item.output if isinstance(item.output, str) else _parts_text(item.output, param)
         return "tool", output
