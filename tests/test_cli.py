@@ -92,3 +92,13 @@ def test_serve_process_answers_healthz_and_stops_on_sigterm(tmp_path: Path) -> N
     assert process.returncode in (0, -signal.SIGTERM), output
     assert "Application shutdown complete" in output
     assert (tmp_path / "hotloop.db").exists()
+
+
+def test_configuration_doc_is_generated_from_the_settings() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_config_doc", ROOT / "scripts" / "gen_config_doc.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.table() in (ROOT / "docs" / "configuration.md").read_text(), "run python scripts/gen_config_doc.py"

@@ -39,6 +39,12 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     sim_seed: int = 0
     llama_threads: int = 0
     llama_n_ctx: int = 8192
+    safety_secrets: str = "flag"
+    safety_injection: str = "flag"
+    ledger_flush_ms: float = 200.0
+    ledger_batch: int = 256
+    token_cache_bytes: int = 64 * MiB
+    metrics: bool = True
     log_level: str = "info"
 
     def resolved_data_dir(self) -> Path:
@@ -73,6 +79,12 @@ HELP: dict[str, str] = {
     "sim_seed": "hotloop-sim: seed; same seed and input give the same output.",
     "llama_threads": "smollm2-135m: CPU threads for llama.cpp (0: all cores).",
     "llama_n_ctx": "smollm2-135m: context window in tokens.",
+    "safety_secrets": "Secrets detector on new input: off, flag (recorded) or block (content-filter failure).",
+    "safety_injection": "Prompt-injection heuristic on tool outputs: off, flag or block.",
+    "ledger_flush_ms": "Usage ledger: longest wait before a batch of records is written to the store.",
+    "ledger_batch": "Usage ledger: most records written in one batch.",
+    "token_cache_bytes": "Bound of the content-addressed token cache for HTTP requests that resend history.",
+    "metrics": "Serve Prometheus metrics on GET /metrics.",
     "log_level": "uvicorn log level.",
 }
 
