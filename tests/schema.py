@@ -19,7 +19,12 @@ URI = "urn:openresponses"
 # Event types hotloop sends that the OR schema does not define (protocol.md §2.5, §3.6): checked by the tests
 # that produce them, not by the schema.
 EXTENSION_EVENTS = frozenset(
-    {"response.custom_tool_call_input.delta", "response.custom_tool_call_input.done", "response.steer.failed"}
+    {
+        "response.custom_tool_call_input.delta",
+        "response.custom_tool_call_input.done",
+        "response.steer.failed",
+        "hotloop:timing_metrics",
+    }
 )
 
 

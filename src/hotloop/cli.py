@@ -1,10 +1,11 @@
-"""`hotloop serve`: run the server with uvicorn (uvloop, httptools, websockets-sansio)."""
+"""`hotloop serve`: run the server with uvicorn (uvloop, httptools, websockets-sansio); `hotloop bench`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from hotloop.bench.command import add_bench_parser, run_bench
 from hotloop.config import HELP, Settings, load_settings
 
 
@@ -34,7 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hotloop", description="An open server for agent loops.")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
+    add_bench_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        return run_bench(args)
     if args.command == "serve":
         overrides = {name: getattr(args, name) for name in Settings.__struct_fields__}
         try:

@@ -44,6 +44,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ledger_flush_ms: float = 200.0
     ledger_batch: int = 256
     token_cache_bytes: int = 64 * MiB
+    chain_cache_entries: int = 4096
     metrics: bool = True
     log_level: str = "info"
 
@@ -84,6 +85,7 @@ HELP: dict[str, str] = {
     "ledger_flush_ms": "Usage ledger: longest wait before a batch of records is written to the store.",
     "ledger_batch": "Usage ledger: most records written in one batch.",
     "token_cache_bytes": "Bound of the content-addressed token cache for HTTP requests that resend history.",
+    "chain_cache_entries": "Stored chains kept in memory for HTTP continuations on this process (0: none).",
     "metrics": "Serve Prometheus metrics on GET /metrics.",
     "log_level": "uvicorn log level.",
 }

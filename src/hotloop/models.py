@@ -52,6 +52,7 @@ def build_registry(settings: Settings) -> ModelRegistry:
     """Load the configured models; raises `ValueError` for an unknown name."""
     from hotloop.backends.gguf import smollm2_chat_format
     from hotloop.backends.sim import SimBackend, SimSettings
+    from hotloop.pipeline.tokens import probe_incremental
 
     unknown = [name for name in settings.models if name not in KNOWN_MODELS]
     if unknown:
@@ -59,6 +60,7 @@ def build_registry(settings: Settings) -> ModelRegistry:
     if settings.default_model not in settings.models:
         raise ValueError(f"default_model {settings.default_model!r} is not in models {settings.models}")
     chat = smollm2_chat_format()
+    probe_incremental(chat)
     models: dict[str, Model] = {}
     if SIM in settings.models:
         sim = SimSettings(

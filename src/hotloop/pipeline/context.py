@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -13,6 +13,7 @@ from hotloop.wire.response import Response
 
 if TYPE_CHECKING:
     from hotloop.models import Model
+    from hotloop.pipeline.tokens import Rendered
 
 
 class Context(Sequence[ContextItem]):
@@ -64,3 +65,7 @@ class ChainState(msgspec.Struct, kw_only=True):
     request: CreateRequest  # copied by `response.append` (protocol.md §3.6)
     owner: str
     calls_in_context: int = 0
+    # Every response along the chain is stored: only such a state may be seen outside its connection.
+    stored_chain: bool = False
+    rendered: Rendered | None = None  # token ids of context(P) ⊕ N(R.input), for an incremental next render
+    safety_states: tuple[Any, ...] | None = None  # each classifier's state after this response (safety/stage.py)

@@ -1,4 +1,5 @@
-"""Reads and management of stored responses (protocol.md §1.8): retrieve, delete, list input items, cancel."""
+"""Reads and management of stored responses (protocol.md §1.8): retrieve, delete, list input items, cancel; and
+the caller's usage ledger."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any, Literal
 import msgspec
 
 from hotloop.errors import InvalidParam, NotFound
+from hotloop.metering.records import UsageRecord, UsageTotals
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Session
 from hotloop.wire.items import item_to_builtins
@@ -28,6 +30,15 @@ class ItemList(msgspec.Struct):
     first_id: str | None
     last_id: str | None
     has_more: bool
+    object: str = "list"
+
+
+class UsageList(msgspec.Struct):
+    data: list[UsageRecord]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+    totals: UsageTotals
     object: str = "list"
 
 
@@ -86,3 +97,16 @@ async def cancel_response(service: Service, session: Session, response_id: str) 
         await _stopped(task)
         response = await get_response(service, session, response_id)
     return response
+
+
+async def usage(service: Service, session: Session, *, after: str | None, limit: int, model: str | None) -> UsageList:
+    """The caller's usage records, oldest first, with totals over every record the query selects (all pages)."""
+    page = await service.store.usage(session.owner, after=after, limit=limit, model=model)
+    data = page.records
+    return UsageList(
+        data=data,
+        first_id=data[0].response_id if data else None,
+        last_id=data[-1].response_id if data else None,
+        has_more=page.has_more,
+        totals=page.totals,
+    )

@@ -6,8 +6,7 @@ Items without a slot in the template (web_search_call, …) are shown as text; r
 
 from __future__ import annotations
 
-import base64
-import binascii
+import hashlib
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -16,6 +15,7 @@ import jinja2
 import jinja2.sandbox
 
 from hotloop.backends.base import Tokenizer, ToolSpec, prompt_name
+from hotloop.pipeline import sealing
 from hotloop.pipeline.media import describe_file, describe_image
 from hotloop.wire.items import (
     Compaction,
@@ -55,6 +55,17 @@ class ChatFormat:
         self._template = env.from_string(template)
         self.tokenizer = tokenizer
         self._special = {"bos_token": bos_token, "eos_token": eos_token}
+        # Incremental rendering (pipeline/tokens.py): special tokens a message segment may start with, the
+        # generation prompt's ids, a salt for cache keys, and whether the probe found the template per-message.
+        self.boundary_ids = frozenset(
+            ids[0] for ids in (tokenizer.encode(t) for t in (bos_token, eos_token) if t) if len(ids) == 1
+        )
+        probe = [{"role": "user", "content": "probe"}]
+        with_prompt = self.render_text(probe, add_generation_prompt=True)
+        without = self.render_text(probe, add_generation_prompt=False)
+        self.generation_ids = tokenizer.encode(with_prompt[len(without) :]) if with_prompt.startswith(without) else []
+        self.cache_salt = hashlib.blake2b(template.encode(), digest_size=16).digest()
+        self.incremental = False
 
     def render_text(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         try:
@@ -125,15 +136,6 @@ def _arguments(raw: str) -> Any:
         return raw
 
 
-def _sealed_text(blob: str) -> str:
-    """The text in an `encrypted_content` blob (pipeline/sealing.py's format; the validate stage checked its MAC)."""
-    body = blob.partition(".")[0]
-    try:
-        return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode("utf-8", errors="replace")
-    except (binascii.Error, ValueError):
-        return ""
-
-
 def _item_message(item: ContextItem, param: str) -> tuple[str, str] | None:
     if isinstance(item, Message):
         role = "system" if item.role == "developer" else item.role
@@ -150,21 +152,31 @@ def _item_message(item: ContextItem, param: str) -> tuple[str, str] | None:
     if isinstance(item, Reasoning):
         return None
     if isinstance(item, Compaction):
-        summary = _sealed_text(item.encrypted_content)
+        summary = sealing.peek(item.encrypted_content)
         return "user", "[earlier conversation, compacted]" + ("\n" + summary if summary else "")
     if isinstance(item, OtherItem):
         return "user", f"[{item.raw.get('type')}] {json.dumps(item.raw)}"
     return None
 
 
-def chat_messages(
-    instructions: str | None, tools: Iterable[ToolSpec], items: Iterable[ContextItem]
-) -> list[dict[str, str]]:
-    """The template's `messages`: system (instructions + tool list) first, consecutive assistant turns merged."""
-    messages: list[dict[str, str]] = []
-    system = [text for text in (instructions, tool_prompt(tools) if tools else None) if text]
-    if system:
-        messages.append({"role": "system", "content": "\n\n".join(system)})
+Chat = dict[str, str]  # one template message: {"role", "content"}
+
+
+def system_message(instructions: str | None, tools: Iterable[ToolSpec]) -> Chat | None:
+    """The system message: instructions, then the tool list; None when there is neither."""
+    tools = tuple(tools)
+    parts = [text for text in (instructions, tool_prompt(tools) if tools else None) if text]
+    return {"role": "system", "content": "\n\n".join(parts)} if parts else None
+
+
+def item_messages(items: Iterable[ContextItem], after: Chat | None = None) -> tuple[Chat | None, list[Chat]]:
+    """The template messages of `items`, consecutive assistant turns merged.
+
+    `after` is the message the items follow; when the first of them merges into it, the merged message comes
+    back first and `after` is replaced (the incremental renderer then re-renders it). Returns (the replaced
+    message or None, the new messages).
+    """
+    messages: list[Chat] = [after] if after is not None else []
     for index, item in enumerate(items):
         rendered = _item_message(item, f"input[{index}]")
         if rendered is None:
@@ -174,4 +186,14 @@ def chat_messages(
             messages[-1] = {"role": "assistant", "content": messages[-1]["content"] + "\n" + content}
         else:
             messages.append({"role": role, "content": content})
-    return messages
+    if after is None:
+        return None, messages
+    if messages[0] is after:
+        return None, messages[1:]
+    return after, messages
+
+
+def chat_messages(instructions: str | None, tools: Iterable[ToolSpec], items: Iterable[ContextItem]) -> list[Chat]:
+    """The template's `messages`: the system message first, then the items' messages."""
+    system = system_message(instructions, tools)
+    return ([system] if system else []) + item_messages(items)[1]

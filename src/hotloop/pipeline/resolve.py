@@ -28,6 +28,10 @@ async def resolve_parent(service: Service, session: Session, response_id: str | 
     if response_id is None:
         return None
     state = session.cached(response_id)
+    if session.caching:
+        counter = service.connection_cache
+        counter.hits, counter.misses = counter.hits + (state is not None), counter.misses + (state is None)
+    state = state or service.chains.get(response_id, session.owner)
     if state is not None:
         return state
     chain = await service.store.load_chain(session.owner, response_id)
@@ -45,6 +49,7 @@ async def resolve_parent(service: Service, session: Session, response_id: str | 
         request=CreateRequest(model=chain.response.model),
         owner=session.owner,
         calls_in_context=count_calls(chain.context),
+        stored_chain=True,
     )
 
 

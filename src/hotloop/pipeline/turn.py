@@ -11,9 +11,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
-from itertools import chain
+from collections.abc import AsyncGenerator
 from typing import Any
+
+import msgspec
 
 from hotloop.backends.base import (
     Finished,
@@ -23,17 +24,21 @@ from hotloop.backends.base import (
     ToolCallEnd,
     ToolCallStart,
 )
-from hotloop.errors import HotloopError, InvalidParam
+from hotloop.errors import HotloopError
 from hotloop.ids import new_id
+from hotloop.metering.records import record_for
 from hotloop.models import Model
+from hotloop.observability.timings import StageTimings
 from hotloop.pipeline.context import ChainState, Context
 from hotloop.pipeline.normalize import normalize_input
-from hotloop.pipeline.render import chat_messages
+from hotloop.pipeline.prompt import render_prompt
 from hotloop.pipeline.resolve import CONTINUABLE, count_calls, expand_references, resolve_parent
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Lane, Session
+from hotloop.pipeline.tokens import Rendered
 from hotloop.pipeline.tools import ToolChoice, resolve_tool_choice, resolve_tools
 from hotloop.pipeline.validate import check_new_items, check_request
+from hotloop.safety import SafetyResult
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import ErrorBody, Event
 from hotloop.wire.items import ContextItem
@@ -41,6 +46,8 @@ from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import ErrorInfo, Response, Usage
 
 log = logging.getLogger("hotloop.turn")
+SAFETY_METADATA_KEY = "hotloop_safety"
+BLOCKED_MESSAGE = "The input was blocked by this server's safety policy."
 
 
 class Turn:
@@ -58,9 +65,10 @@ class Turn:
         call_ids: frozenset[str],
         model: Model,
         generation: GenerationRequest,
-        lane: Lane,
-        stream_id: str | None,
-        inband_errors: bool,
+        rendered: Rendered | None,
+        safety: SafetyResult,
+        options: TurnOptions,
+        timings: StageTimings,
     ) -> None:
         self.service = service
         self.session = session
@@ -71,9 +79,12 @@ class Turn:
         self.call_ids = call_ids
         self.model = model
         self.generation = generation
-        self.lane = lane
-        self.inband_errors = inband_errors
-        self.builder = ResponseBuilder(response, stream_id)
+        self.rendered = rendered
+        self.safety = safety
+        self.options = options
+        self.lane = options.lane
+        self.timings = timings
+        self.builder = ResponseBuilder(response, options.stream_id)
         self.generate = request.generate is not False and not _prewarm(request)
         self.cancelled_events: list[Event] = []
 
@@ -81,6 +92,16 @@ class Turn:
 
     async def events(self) -> AsyncGenerator[Event, None]:
         """Every event of the response, terminal last; never raises for backend faults (→ `response.failed`)."""
+        gauge = self.service.metrics.in_flight.labels(self.options.transport)
+        gauge.inc()
+        try:
+            async with contextlib.aclosing(self._events()) as events:
+                async for event in events:
+                    yield event
+        finally:
+            gauge.dec()
+
+    async def _events(self) -> AsyncGenerator[Event, None]:
         builder = self.builder
         if self.response.background:
             self.response.status = "queued"
@@ -92,13 +113,22 @@ class Turn:
         yield builder.in_progress()
         prompt_tokens = len(self.generation.prompt_tokens)
         outcome: tuple[str, Usage | None, str | None, ErrorInfo | None] | None = None
+        timings = self.timings
+        timings.add("pre_inference", timings.since("start"))
+        timings.mark("inference")
         try:
-            if not self.generate:
+            if self.safety.verdict == "block":
+                outcome = ("failed", None, None, ErrorInfo(code="content_filter", message=BLOCKED_MESSAGE))
+            elif not self.generate:
                 cached = await self.model.backend.prefill(self.generation.prompt_tokens)
                 outcome = ("completed", Usage.of(prompt_tokens, cached, 0), None, None)
             else:
+                first = True
                 async with contextlib.aclosing(self.model.backend.generate(self.generation)) as deltas:
                     async for delta in deltas:
+                        if first:
+                            timings.add("ttft", timings.since("inference"))
+                            first = False
                         if isinstance(delta, Finished):
                             usage = Usage.of(prompt_tokens, delta.cached_tokens, delta.output_tokens)
                             reason = "max_output_tokens" if delta.reason == "length" else None
@@ -106,6 +136,7 @@ class Turn:
                             break
                         for event in self._feed(delta):
                             yield event
+            timings.add("generate", timings.since("inference"))
             if outcome is None:
                 raise RuntimeError("backend ended without a Finished delta")
         except (asyncio.CancelledError, GeneratorExit):
@@ -138,6 +169,7 @@ class Turn:
         self, status: str, usage: Usage | None, reason: str | None, error: ErrorInfo | None
     ) -> list[Event]:
         """Persist, then cache, then the terminal event: a client that saw it end can read it back."""
+        self.timings.mark("finish")
         events = self.builder.close(status, usage, reason=reason, error=error)
         if self.response.store:
             try:
@@ -148,13 +180,29 @@ class Turn:
                 status = "failed"
                 self.builder.set_status(status, usage, error=error)
         if status in CONTINUABLE:
-            self.session.remember(self.lane, self._chain_state())
+            state = self._chain_state()
+            self.session.remember(self.lane, state)
+            self.service.chains.put(state)
         elif self.parent is not None:
             self.session.evict(self.lane, self.parent.response.id)
+        self.timings.add("post_inference", self.timings.since("finish"))
+        self._account()
+        if self.options.include_timings:
+            events.append(self.builder.timing_metrics(self.timings.milliseconds()))
         inband = None
-        if error is not None and self.inband_errors:
+        if error is not None and self.options.inband_errors:
             inband = ErrorBody(type="server_error", code=error.code, message=error.message, param=None)
         return events + self.builder.terminal(inband)
+
+    def _account(self) -> None:
+        """The usage record and the metrics of a finished response (post-inference, off the event bytes)."""
+        service = self.service
+        service.ledger.record(
+            record_for(self.response, self.session.owner, self.options.transport, self.timings.milliseconds())
+        )
+        service.metrics.observe(self.timings)
+        service.metrics.responses.labels(self.model.id, self.response.status, self.options.transport).inc()
+        service.metrics.count_safety(self.safety)
 
     async def _finish_cancelled(self) -> None:
         """The client went away or the response was cancelled: keep what finished, never cache it (§3.11).
@@ -168,6 +216,7 @@ class Turn:
                 await self.service.store.save(self.session.owner, self.response, self.new_items)
             except Exception:
                 log.exception("could not store cancelled response %s", self.response.id)
+        self._account()
 
     def _chain_state(self) -> ChainState:
         base = self.parent.context if self.parent is not None else Context()
@@ -180,6 +229,9 @@ class Turn:
             request=self.request,
             owner=self.session.owner,
             calls_in_context=self.generation.calls_so_far + count_calls(output),
+            stored_chain=self.response.store and (self.parent is None or self.parent.stored_chain),
+            rendered=self.rendered,
+            safety_states=self.safety.states,
         )
 
 
@@ -191,47 +243,63 @@ def _prewarm(request: CreateRequest) -> bool:
 # -- pre-inference stages -----------------------------------------------------------------------------------------
 
 
+class TurnOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """How a transport runs a turn."""
+
+    websocket: bool = False
+    lane: Lane = None
+    stream_id: str | None = None
+    inband_errors: bool = False  # SSE: an `error` event precedes `response.failed` (protocol.md §2.9)
+    transport: str = "http"  # "http" | "sse" | "websocket": kept in the usage record and metrics
+    include_timings: bool = False  # header `x-responsesapi-include-timing-metrics: true`
+
+
+DEFAULT_OPTIONS = TurnOptions()
+
+
 async def start_turn(
     service: Service,
     session: Session,
     request: CreateRequest,
-    *,
-    websocket: bool = False,
-    lane: Lane = None,
-    stream_id: str | None = None,
-    inband_errors: bool = False,
+    options: TurnOptions = DEFAULT_OPTIONS,
+    received_at: float | None = None,
 ) -> Turn:
-    """Validate, resolve, normalize and render; raises `HotloopError` (nothing stored, nothing cached)."""
+    """Validate, resolve, normalize and render; raises `HotloopError` (nothing stored, nothing cached).
+
+    `received_at` (time.perf_counter()) is when the request's last byte arrived; stage timings start there.
+    """
+    timings = StageTimings(received_at)
     try:
-        return await _prepare(service, session, request, websocket, lane, stream_id, inband_errors)
+        return await _prepare(service, session, request, options, timings)
     except HotloopError:
         if request.previous_response_id:
-            session.evict(lane, request.previous_response_id)
+            session.evict(options.lane, request.previous_response_id)
         raise
 
 
 async def _prepare(
-    service: Service,
-    session: Session,
-    request: CreateRequest,
-    websocket: bool,
-    lane: Lane,
-    stream_id: str | None,
-    inband_errors: bool,
+    service: Service, session: Session, request: CreateRequest, options: TurnOptions, timings: StageTimings
 ) -> Turn:
-    check_request(request, websocket=websocket)
-    model = service.models.resolve(request.model)
-    tools = resolve_tools(request.tools)
-    choice = resolve_tool_choice(request.tool_choice, tools)
-    raw_items = normalize_input(request.input)
-    parent = await resolve_parent(service, session, request.previous_response_id)
-    new_items = await expand_references(service, session, raw_items, parent)
-    known = parent.call_ids if parent is not None else frozenset()
-    call_ids = check_new_items(new_items, known, service.secret)
-    history: Sequence[ContextItem] = parent.context if parent is not None else ()
-    prompt = _render(model, request, choice, history, new_items)
+    with timings.stage("validate"):
+        check_request(request, websocket=options.websocket)
+        model = service.models.resolve(request.model)
+        tools = resolve_tools(request.tools)
+        choice = resolve_tool_choice(request.tool_choice, tools)
+        raw_items = normalize_input(request.input)
+    with timings.stage("resolve"):
+        parent = await resolve_parent(service, session, request.previous_response_id)
+        new_items = await expand_references(service, session, raw_items, parent)
+    with timings.stage("validate"):
+        known = parent.call_ids if parent is not None else frozenset()
+        call_ids = check_new_items(new_items, known, service.secret)
+    with timings.stage("safety"):
+        safety = service.safety.scan(parent.safety_states if parent else None, new_items)
+    with timings.stage("render"):
+        prompt, rendered = render_prompt(service.renderer, model, request, choice, parent, new_items)
     calls_so_far = (parent.calls_in_context if parent is not None else 0) + count_calls(new_items)
     response = _new_response(request, model, tools.echo, choice)
+    if safety.verdict != "allow":
+        response.metadata[SAFETY_METADATA_KEY] = safety.summary()
     generation = GenerationRequest(
         prompt_tokens=prompt,
         tools=list(choice.tools.specs) if choice.mode != "none" else [],
@@ -257,34 +325,11 @@ async def _prepare(
         call_ids=call_ids,
         model=model,
         generation=generation,
-        lane=lane,
-        stream_id=stream_id,
-        inband_errors=inband_errors,
+        rendered=rendered,
+        safety=safety,
+        options=options,
+        timings=timings,
     )
-
-
-def _render(
-    model: Model,
-    request: CreateRequest,
-    choice: ToolChoice,
-    history: Sequence[ContextItem],
-    new_items: list[ContextItem],
-) -> list[int]:
-    """Token IDs of the model input; `truncation: auto` drops the oldest items (never the instructions)."""
-    specs = choice.tools.specs if choice.mode != "none" else ()
-    items: Sequence[ContextItem] = list(chain(history, new_items))
-    window = model.context_window
-    while True:
-        tokens = model.chat.tokens(chat_messages(request.instructions, specs, items))
-        if len(tokens) < window:
-            return tokens
-        if request.truncation != "auto" or len(items) <= 1:
-            raise InvalidParam(
-                f"The input is {len(tokens)} tokens; this model's context window is {window}.",
-                param="input",
-                code="context_length_exceeded",
-            )
-        items = items[max(1, len(items) // 8) :]
 
 
 def _text_config(text: dict[str, Any] | None) -> dict[str, Any]:

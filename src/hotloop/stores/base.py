@@ -6,6 +6,7 @@ from typing import Literal, Protocol
 
 import msgspec
 
+from hotloop.metering.records import UsageRecord, UsageTotals
 from hotloop.wire.items import ContextItem
 from hotloop.wire.response import Response
 
@@ -20,6 +21,14 @@ class Chain(msgspec.Struct):
 
     response: Response
     context: list[ContextItem]
+
+
+class UsagePage(msgspec.Struct):
+    """A page of one owner's usage records, oldest first, and the totals of every record the query selects."""
+
+    records: list[UsageRecord]
+    has_more: bool
+    totals: UsageTotals
 
 
 class Store(Protocol):
@@ -42,5 +51,15 @@ class Store(Protocol):
         ...
 
     async def find_item(self, owner: str, item_id: str) -> ContextItem | None: ...
+
+    async def append_usage(self, records: list[UsageRecord]) -> None:
+        """Write a batch of usage records in one transaction; a record whose response_id is already there is kept
+        as it was (a retried batch writes nothing twice)."""
+        ...
+
+    async def usage(self, owner: str, *, after: str | None, limit: int, model: str | None) -> UsagePage:
+        """`owner`'s records ordered by created_at, after the record of response `after` (an unknown one: an empty
+        page); `model` filters the page and the totals."""
+        ...
 
     async def close(self) -> None: ...

@@ -16,7 +16,8 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from hotloop.stores.base import Chain, ItemPage
+from hotloop.metering.records import UsageRecord, UsageTotals
+from hotloop.stores.base import Chain, ItemPage, UsagePage
 from hotloop.wire.items import KNOWN_ITEM_TYPES, ContextItem, OtherItem, item_to_builtins
 from hotloop.wire.response import Response, response_decoder
 
@@ -40,6 +41,25 @@ CREATE TABLE IF NOT EXISTS items (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS items_by_item_id ON items (item_id);
 """
+# The usage ledger: one row per response (the owner is the store's owner tag, a hash, never an API key).
+USAGE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS usage (
+    response_id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    model TEXT NOT NULL,
+    status TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    cached_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    transport TEXT NOT NULL,
+    timings BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS usage_by_owner ON usage (owner, created_at);
+"""
+_USAGE_COLUMNS = (
+    "response_id, owner, model, status, input_tokens, cached_tokens, output_tokens, created_at, transport, timings"
+)
 _CHAIN = """
 WITH RECURSIVE chain(id, parent, depth) AS (
     SELECT id, parent, 0 FROM responses WHERE id = ?1 AND owner = ?2
@@ -77,6 +97,7 @@ class SQLiteStore:
         self._local = threading.local()
         writer = self._connect()
         writer.executescript(SCHEMA)
+        writer.executescript(USAGE_SCHEMA)
         self._writer = threading.Thread(target=self._write_loop, args=(writer,), name="hotloop-sqlite", daemon=True)
         self._writer.start()
 
@@ -202,9 +223,81 @@ class SQLiteStore:
         row = await self._read(work)
         return decode_item(*row) if row else None
 
+    async def append_usage(self, records: list[UsageRecord]) -> None:
+        rows = [
+            (
+                rec.response_id,
+                rec.owner,
+                rec.model,
+                rec.status,
+                rec.input_tokens,
+                rec.cached_tokens,
+                rec.output_tokens,
+                rec.created_at,
+                rec.transport,
+                _encode(rec.timings),
+            )
+            for rec in records
+        ]
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                f"INSERT OR IGNORE INTO usage ({_USAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows
+            )
+
+        await self._write(work)
+
+    async def usage(self, owner: str, *, after: str | None, limit: int, model: str | None) -> UsagePage:
+        def work(conn: sqlite3.Connection) -> tuple[list[tuple[Any, ...]], tuple[Any, ...]]:
+            where, args = "owner = ?", [owner]
+            if model is not None:
+                where += " AND model = ?"
+                args.append(model)
+            totals = conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(cached_tokens), 0),"
+                f" COALESCE(SUM(output_tokens), 0) FROM usage WHERE {where}",
+                args,
+            ).fetchone()
+            page_where, page_args = where, list(args)
+            if after is not None:
+                cursor = conn.execute(
+                    "SELECT created_at, rowid FROM usage WHERE response_id = ? AND owner = ?", (after, owner)
+                ).fetchone()
+                if cursor is None:
+                    return [], tuple(totals)
+                page_where += " AND (created_at, rowid) > (?, ?)"
+                page_args += [cursor[0], cursor[1]]
+            rows = conn.execute(
+                f"SELECT {_USAGE_COLUMNS} FROM usage WHERE {page_where} ORDER BY created_at, rowid LIMIT ?",
+                [*page_args, limit + 1],
+            ).fetchall()
+            return [tuple(row) for row in rows], tuple(totals)
+
+        rows, totals = await self._read(work)
+        records = [_usage_record(row) for row in rows[:limit]]
+        return UsagePage(records=records, has_more=len(rows) > limit, totals=UsageTotals(*totals))
+
     async def close(self) -> None:
         self._writes.put(None)
         await asyncio.to_thread(self._writer.join, 10)
+
+
+_timings_decoder = msgspec.json.Decoder(dict[str, float])
+
+
+def _usage_record(row: tuple[Any, ...]) -> UsageRecord:
+    return UsageRecord(
+        response_id=row[0],
+        owner=row[1],
+        model=row[2],
+        status=row[3],
+        input_tokens=row[4],
+        cached_tokens=row[5],
+        output_tokens=row[6],
+        created_at=row[7],
+        transport=row[8],
+        timings=_timings_decoder.decode(row[9]),
+    )
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

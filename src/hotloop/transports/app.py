@@ -22,12 +22,15 @@ log = logging.getLogger("hotloop")
 
 
 def build_service(settings: Settings) -> Service:
+    from hotloop.metering.ledger import Ledger
     from hotloop.models import build_registry
     from hotloop.pipeline.sealing import load_secret
     from hotloop.stores.sqlite import SQLiteStore
 
     data_dir = settings.resolved_data_dir()
-    return Service(settings, build_registry(settings), SQLiteStore(data_dir / "hotloop.db"), load_secret(data_dir))
+    store = SQLiteStore(data_dir / "hotloop.db")
+    ledger = Ledger(store.append_usage, settings.ledger_batch, settings.ledger_flush_ms)
+    return Service(settings, build_registry(settings), store, load_secret(data_dir), ledger)
 
 
 async def _hotloop_error(request: Request, exc: Exception) -> Response:
@@ -55,6 +58,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.service = service or build_service(settings)
+        app.state.service.start()
         try:
             yield
         finally:
@@ -62,6 +66,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
 
     routes = [
         Route("/healthz", http.healthz),
+        Route("/metrics", http.metrics),
         Route("/v1/models", http.list_models),
         Route("/v1/models/{model_id:path}", http.get_model),
         Route("/v1/responses", http.create_response, methods=["POST"]),
@@ -73,6 +78,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
         Route("/v1/responses/{response_id}", http.delete_response, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/input_items", http.list_input_items, methods=["GET"]),
         Route("/v1/responses/{response_id}/cancel", http.cancel_response, methods=["POST"]),
+        Route("/v1/usage", http.list_usage, methods=["GET"]),
     ]
     return Starlette(
         routes=routes,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncGenerator
 from typing import Any, Literal
 
 import msgspec
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -24,7 +26,7 @@ from hotloop.pipeline import queries
 from hotloop.pipeline.compact import compact
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Session, owner_of
-from hotloop.pipeline.turn import Turn, start_turn
+from hotloop.pipeline.turn import Turn, TurnOptions, start_turn
 from hotloop.transports.auth import authenticate
 from hotloop.transports.sse import sse_response
 from hotloop.wire.events import Event
@@ -40,6 +42,14 @@ def raw_json(data: bytes, status: int = 200) -> Response:
 
 def error_response(exc: HotloopError) -> Response:
     return JSONResponse({"error": exc.payload()}, status_code=exc.status)
+
+
+TIMING_HEADER = "x-responsesapi-include-timing-metrics"
+
+
+def wants_timings(headers: Headers) -> bool:
+    """The opt-in for the `hotloop:timing_metrics` event, on a POST or a WebSocket upgrade."""
+    return headers.get(TIMING_HEADER, "").strip().lower() in ("true", "1")
 
 
 def service_of(request: Request) -> Service:
@@ -83,12 +93,18 @@ async def create_response(request: Request) -> Response:
     """POST /v1/responses: JSON, SSE (`stream: true`) or background."""
     service, session = http_session(request)
     body = await read_body(request, service.settings.max_body_bytes)
+    received_at = time.perf_counter()
     create = decode_create(body)
     if service.settings.strict_params:
         _strict_check(body)
     if create.stream_id is not None:
         raise UnsupportedParam("stream_id is a WebSocket-mode parameter.", param="stream_id")
-    turn = await start_turn(service, session, create, inband_errors=bool(create.stream))
+    options = TurnOptions(
+        inband_errors=bool(create.stream),
+        transport="sse" if create.stream else "http",
+        include_timings=wants_timings(request.headers),
+    )
+    turn = await start_turn(service, session, create, options, received_at)
     if turn.response.background:
         return await _background(service, session, turn, stream=bool(create.stream))
     if create.stream:
@@ -206,6 +222,19 @@ async def cancel_response(request: Request) -> Response:
     return raw_json(encode(response))
 
 
+async def list_usage(request: Request) -> Response:
+    """GET /v1/usage: the caller's usage ledger (`after`, `limit` 1 to 1000, `model`)."""
+    service, session = http_session(request)
+    query = request.query_params
+    raw_limit = query.get("limit", "100")
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
+        raise InvalidParam("limit must be an integer between 1 and 1000.", param="limit")
+    page = await queries.usage(
+        service, session, after=query.get("after"), limit=int(raw_limit), model=query.get("model")
+    )
+    return raw_json(msgspec.json.encode(page))
+
+
 async def count_input_tokens(request: Request) -> Response:
     service, session = http_session(request)
     create = decode_create(await read_body(request, service.settings.max_body_bytes))
@@ -241,6 +270,14 @@ async def get_model(request: Request) -> Response:
         if model.id == model_id:
             return JSONResponse(_model_object(model))
     raise NotFound(f"The model '{model_id}' does not exist.", param="model", code="model_not_found")
+
+
+async def metrics(request: Request) -> Response:
+    """Prometheus exposition (no key needed: no label carries a key or a response's content)."""
+    service = service_of(request)
+    if not service.settings.metrics:
+        raise NotFound("Metrics are disabled on this server.", code="not_found")
+    return Response(service.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 async def healthz(request: Request) -> Response:

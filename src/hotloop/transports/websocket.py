@@ -20,9 +20,9 @@ from hotloop.errors import HotloopError, PreviousResponseNotFound, ServerError, 
 from hotloop.pipeline.lanes import LaneLimits, LaneRouter, QueueFull
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Lane, Session, owner_of
-from hotloop.pipeline.turn import start_turn
+from hotloop.pipeline.turn import TurnOptions, start_turn
 from hotloop.transports.auth import authenticate, selected_subprotocol
-from hotloop.transports.http import error_response
+from hotloop.transports.http import error_response, wants_timings
 from hotloop.wire import request as wire_request
 from hotloop.wire.events import SteerFailed, encode_event, websocket_error
 from hotloop.wire.request import CreateRequest
@@ -38,6 +38,7 @@ class Connection:
         self, websocket: WebSocket, service: Service, session: Session, default_model: str | None = None
     ) -> None:
         self.ws = websocket
+        self.timings = wants_timings(websocket.headers)
         self.default_model = default_model  # `?model=` on the upgrade URL (§3.1)
         self.service = service
         self.session = session
@@ -217,7 +218,10 @@ class Connection:
             await self.send_error(self.router.connection_limit_error(), lane)
             return
         try:
-            turn = await start_turn(self.service, self.session, create, websocket=True, lane=lane, stream_id=lane)
+            options = TurnOptions(
+                websocket=True, lane=lane, stream_id=lane, transport="websocket", include_timings=self.timings
+            )
+            turn = await start_turn(self.service, self.session, create, options)
         except HotloopError as exc:
             await self.send_error(exc, lane)
             return
@@ -298,4 +302,9 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     await websocket.accept(subprotocol=selected_subprotocol(websocket.headers))
     session = service.session(owner_of(key, bool(settings.api_keys)), caching=True)
     default_model = websocket.query_params.get("model") or None  # other query parameters are ignored (§3.1)
-    await Connection(websocket, service, session, default_model).run()
+    gauge = service.metrics.connections.labels("websocket")
+    gauge.inc()
+    try:
+        await Connection(websocket, service, session, default_model).run()
+    finally:
+        gauge.dec()

@@ -191,6 +191,10 @@ class ResponseBuilder:
         response.incomplete_details = IncompleteDetails(reason=reason) if reason else None
         response.completed_at = int(time.time()) if status == "completed" else None
 
+    def timing_metrics(self, timings: dict[str, float]) -> Event:
+        """The opt-in `hotloop:timing_metrics` extension event (stage timings in ms), before the terminal one."""
+        return self._emit(ev.TimingMetrics, response_id=self.response.id, timings=timings)
+
     def terminal(self, inband_error: ev.ErrorBody | None = None) -> list[Event]:
         """The one terminal event (§2.3); on SSE an in-band `error` event precedes a failure (§2.9)."""
         out: list[Event] = []

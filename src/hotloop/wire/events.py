@@ -127,6 +127,14 @@ class SteerFailed(_Event, tag="response.steer.failed"):
     error: dict[str, Any]
 
 
+class TimingMetrics(_Event, tag="hotloop:timing_metrics"):
+    """Opt-in stage timings in milliseconds, just before the terminal event (header
+    `x-responsesapi-include-timing-metrics: true`). An extension event: the `hotloop:` prefix marks it as ours."""
+
+    response_id: str
+    timings: dict[str, float]
+
+
 class WebSocketError(msgspec.Struct, tag_field="type", tag="error", omit_defaults=True):
     """The WebSocket `error` envelope (protocol.md §3.10): no `sequence_number`, `status` always present."""
 

@@ -1,0 +1,199 @@
+"""The agent-loop scenario: scripted Codex-like rollouts per mode, timed per turn against the physical limit."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from hotloop.bench.clients import BenchError, ModeClient, open_client
+from hotloop.bench.progress import Progress
+from hotloop.bench.scenario import INSTRUCTIONS, MODEL, TOOLS, Rollout, sim_metadata
+from hotloop.bench.stats import median, ratio
+from hotloop.bench.tokens import chars_per_token
+
+
+@dataclass(frozen=True)
+class AgentLoopConfig:
+    turns: int
+    context_tokens: int
+    tps: float
+    tool_ms: float
+    ttft_ms: float = 20.0
+    modes: tuple[str, ...] = ("http-full", "http-chain", "ws")
+    runs: int = 1
+    warmup: bool = True
+
+
+@dataclass
+class TurnRecord:
+    turn: int
+    context_tokens: int  # usage.input_tokens
+    output_tokens: int
+    ttft_ms: float | None  # request handed to the socket → first output delta
+    turn_ms: float  # request handed to the socket → terminal event
+    model_ms: float  # the simulator's own time: ttft + (output_tokens - 1) / tps
+    overhead_ms: float  # turn_ms - model_ms: everything that is not model time
+    tool_ms: float  # measured time of the tool that answered this turn's call (0 on the last turn)
+    timings: dict[str, Any] | None = None  # the server's `hotloop:timing_metrics` event, as sent
+
+
+@dataclass
+class RunRecord:
+    mode: str
+    run: int
+    e2e_ms: float
+    physical_ms: float  # model time + nominal tool time: the floor
+    turns: list[TurnRecord] = field(default_factory=list)
+
+
+def model_ms(ttft_ms: float, tps: float, output_tokens: int) -> float:
+    """When the simulator's last token is due: the first at ttft, token n (0-based) at ttft + n / tps."""
+    return ttft_ms + max(0, output_tokens - 1) / tps * 1000.0
+
+
+def request_fields(config: AgentLoopConfig) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "instructions": INSTRUCTIONS,
+        "tools": TOOLS,
+        "tool_choice": "auto",
+        "parallel_tool_calls": False,
+        "metadata": sim_metadata(config.ttft_ms, config.tps, config.turns - 1),
+    }
+
+
+async def run_rollout(
+    client: ModeClient, rollout: Rollout, config: AgentLoopConfig, run: int, progress: Progress
+) -> RunRecord:
+    """One scripted rollout: every turn but the last calls a tool, the client runs it (sleeps) and answers."""
+    record = RunRecord(mode=client.mode, run=run, e2e_ms=0.0, physical_ms=0.0)
+    items = rollout.first_input()
+    first_context: int | None = None
+    start = time.perf_counter()
+    for turn in range(rollout.turns):
+        progress.update(f"agent-loop run {run + 1}/{config.runs} {client.mode:<10} turn {turn + 1}/{rollout.turns}")
+        result = await client.turn(items)
+        if result.status != "completed":
+            raise BenchError(f"{client.mode} turn {turn}: response {result.response_id} is {result.status}")
+        calls = [item for item in result.output if item.get("type") == "function_call"]
+        own = model_ms(config.ttft_ms, config.tps, result.output_tokens)
+        entry = TurnRecord(
+            turn=turn,
+            context_tokens=result.input_tokens,
+            output_tokens=result.output_tokens,
+            ttft_ms=None if result.ttft_s is None else result.ttft_s * 1000.0,
+            turn_ms=result.turn_s * 1000.0,
+            model_ms=own,
+            overhead_ms=result.turn_s * 1000.0 - own,
+            tool_ms=0.0,
+            timings=result.timings,
+        )
+        record.turns.append(entry)
+        if turn == rollout.turns - 1:
+            break
+        if not calls:
+            raise BenchError(f"{client.mode} turn {turn}: expected a function call, got {result.output!r}"[:500])
+        if first_context is None:
+            first_context = result.input_tokens
+        tool_start = time.perf_counter()  # the tool's time includes producing its output
+        chars = rollout.output_chars(turn, first_context, result.input_tokens, result.output_tokens)
+        items = [rollout.tool_output(turn, calls[0]["call_id"], chars)]
+        deadline = tool_start + config.tool_ms / 1000.0
+        while (remaining := deadline - time.perf_counter()) > 0:  # uvloop's ms timers may wake a little early
+            await asyncio.sleep(remaining)
+        entry.tool_ms = (time.perf_counter() - tool_start) * 1000.0
+    record.e2e_ms = (time.perf_counter() - start) * 1000.0
+    record.physical_ms = sum(t.model_ms for t in record.turns) + config.tool_ms * (len(record.turns) - 1)
+    return record
+
+
+async def run_agent_loop(
+    base_url: str, config: AgentLoopConfig, api_key: str | None = None, progress: Progress | None = None
+) -> dict[str, Any]:
+    """All runs of all modes (interleaved run by run, so drift hits every mode alike); the JSON-ready result."""
+    progress = progress or Progress(enabled=False)
+    cpt = await chars_per_token(base_url, api_key)
+    rollout = Rollout(turns=config.turns, context_tokens=config.context_tokens, chars_per_token=cpt)
+    fields = request_fields(config)
+    if config.warmup:
+        warm = AgentLoopConfig(turns=2, context_tokens=500, tps=config.tps, tool_ms=0.0, ttft_ms=0.0, runs=1)
+        for mode in config.modes:
+            client = await open_client(mode, base_url, request_fields(warm), api_key)
+            try:
+                await run_rollout(client, Rollout(turns=2, context_tokens=500, chars_per_token=cpt), warm, 0, progress)
+            finally:
+                await client.close()
+    runs: list[RunRecord] = []
+    for run in range(config.runs):
+        for mode in config.modes:
+            client = await open_client(mode, base_url, fields, api_key)
+            try:
+                record = await run_rollout(client, rollout, config, run, progress)
+            finally:
+                await client.close()
+            runs.append(record)
+            progress.update(
+                f"agent-loop run {run + 1}/{config.runs} {mode:<10} e2e {record.e2e_ms / 1000:.2f} s "
+                f"(physical limit {record.physical_ms / 1000:.2f} s)",
+                final=True,
+            )
+    progress.done()
+    return summarize(config, cpt, runs)
+
+
+def summarize(config: AgentLoopConfig, cpt: float, runs: list[RunRecord]) -> dict[str, Any]:
+    modes: dict[str, Any] = {}
+    for mode in config.modes:
+        mine = [r for r in runs if r.mode == mode]
+        turns = min(len(r.turns) for r in mine)
+        per_turn = []
+        for index in range(turns):
+            rows = [r.turns[index] for r in mine]
+            ttfts = [t.ttft_ms for t in rows if t.ttft_ms is not None]
+            per_turn.append(
+                {
+                    "turn": index,
+                    "context_tokens": int(median(t.context_tokens for t in rows)),
+                    "output_tokens": int(median(t.output_tokens for t in rows)),
+                    "ttft_ms": median(ttfts) if ttfts else None,
+                    "turn_ms": median(t.turn_ms for t in rows),
+                    "model_ms": median(t.model_ms for t in rows),
+                    "overhead_ms": median(t.overhead_ms for t in rows),
+                }
+            )
+        e2e = median(r.e2e_ms for r in mine)
+        physical = median(r.physical_ms for r in mine)
+        all_turns = [t for r in mine for t in r.turns]
+        modes[mode] = {
+            "runs": [asdict(r) for r in mine],
+            "per_turn_median": per_turn,
+            "median": {
+                "e2e_ms": e2e,
+                "physical_ms": physical,
+                "e2e_over_physical": ratio(e2e, physical),
+                "excess_ms": e2e - physical,
+                "turns_completed": min(len(r.turns) for r in mine),
+                "ttft_ms": median(t.ttft_ms for t in all_turns if t.ttft_ms is not None),
+                "overhead_ms": median(t.overhead_ms for t in all_turns),
+                "overhead_first_turn_ms": per_turn[0]["overhead_ms"],
+                "overhead_last_turn_ms": per_turn[-1]["overhead_ms"],
+                "context_last_turn_tokens": per_turn[-1]["context_tokens"],
+                "tool_ms_total": median(sum(t.tool_ms for t in r.turns) for r in mine),
+            },
+        }
+    ratios: dict[str, float] = {}
+    for other in ("http-full", "http-chain"):
+        if "ws" in modes and other in modes:
+            ws, them = modes["ws"]["median"], modes[other]["median"]
+            ratios[f"e2e ws/{other}"] = ratio(ws["e2e_ms"], them["e2e_ms"])
+            ratios[f"overhead ws/{other}"] = ratio(ws["overhead_ms"], them["overhead_ms"])
+    for mode, data in modes.items():
+        ratios[f"e2e {mode}/physical"] = data["median"]["e2e_over_physical"]
+    return {
+        "scenario": "agent-loop",
+        "config": {**asdict(config), "modes": list(config.modes), "chars_per_token": cpt},
+        "modes": modes,
+        "ratios": ratios,
+    }

@@ -1,0 +1,203 @@
+"""Benchmark output: the terminal tables, the JSON file and the PNG plot."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import math
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+
+def environment() -> dict[str, Any]:
+    """Where the numbers come from: hotloop's commit (and whether the tree was dirty), the machine, the date."""
+    root = Path(__file__).resolve().parents[3]
+    commit, dirty, diff_sha = "unknown", None, None
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout
+        dirty = bool(status.strip())
+        if dirty:  # identifies the uncommitted changes the numbers were taken with
+            diff = subprocess.run(
+                ["git", "--no-optional-locks", "diff", "HEAD"], cwd=root, capture_output=True, timeout=10, check=True
+            ).stdout
+            diff_sha = hashlib.sha256(diff).hexdigest()[:12]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": commit,
+        "dirty": dirty,
+        "diff_sha256": diff_sha,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True)))]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in rows:
+        lines.append(
+            "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        )
+    return "\n".join(lines)
+
+
+def agent_loop_table(result: dict[str, Any]) -> str:
+    config = result["config"]
+    head = (
+        f"agent-loop: {config['turns']} turns, context to ~{config['context_tokens']} tokens, "
+        f"{config['tps']:g} tok/s, ttft {config['ttft_ms']:g} ms, tool {config['tool_ms']:g} ms, "
+        f"medians over {config['runs']} run(s)"
+    )
+    header = [
+        "mode",
+        "e2e s",
+        "limit s",
+        "e2e/limit",
+        "turns",
+        "ttft ms",
+        "overhead ms",
+        "first ms",
+        "last ms",
+        "ctx last",
+    ]
+    rows = []
+    for mode, data in result["modes"].items():
+        m = data["median"]
+        rows.append(
+            [
+                mode,
+                _fmt(m["e2e_ms"] / 1000, 3),
+                _fmt(m["physical_ms"] / 1000, 3),
+                _fmt(m["e2e_over_physical"], 3),
+                str(m["turns_completed"]),
+                _fmt(m["ttft_ms"], 2),
+                _fmt(m["overhead_ms"], 2),
+                _fmt(m["overhead_first_turn_ms"], 2),
+                _fmt(m["overhead_last_turn_ms"], 2),
+                str(m["context_last_turn_tokens"]),
+            ]
+        )
+    ratios = "\n".join(f"  {name}: {_fmt(value, 3)}" for name, value in result["ratios"].items())
+    legend = (
+        "overhead = turn time seen by the client - model time (ttft + (output_tokens-1)/tps); "
+        "first/last: at the first/last turn"
+    )
+    return f"{head}\n{_table(header, rows)}\n{legend}\nratios (medians):\n{ratios}"
+
+
+def overhead_table(result: dict[str, Any]) -> str:
+    modes = result["config"]["modes"]
+    header = ["context", *(f"{mode} {stat}" for mode in modes for stat in ("p50 ms", "p90 ms"))]
+    rows = []
+    for entry in result["sizes"]:
+        data = entry["modes"]
+        rows.append(
+            [
+                str(entry["context_tokens"]),
+                *(_fmt(data[mode][stat], 2) for mode in modes for stat in ("median_ms", "p90_ms")),
+            ]
+        )
+    ratios = "\n".join(f"  {name}: {_fmt(value, 3)}" for name, value in result["ratios"].items())
+    head = f"overhead: per-turn time of a small continuation, {result['config']['samples']} samples per mode and size"
+    return f"{head}\n{_table(header, rows)}\nratios (medians):\n{ratios}"
+
+
+def write_json(result: dict[str, Any], path: str) -> None:
+    Path(path).write_text(json.dumps({**result, "environment": environment()}, indent=1, allow_nan=True) + "\n")
+
+
+_COLORS = {"http-full": "#d62728", "http-chain": "#ff7f0e", "ws": "#1f77b4"}
+
+
+def plot_agent_loop(result: dict[str, Any], path: str) -> None:
+    """Overhead per turn against context tokens for each mode, and e2e per mode with the physical limit marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    config = result["config"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
+    for mode, data in result["modes"].items():
+        xs = [t["context_tokens"] for t in data["per_turn_median"]]
+        ys = [t["overhead_ms"] for t in data["per_turn_median"]]
+        left.plot(xs, ys, marker=".", markersize=3, linewidth=1, label=mode, color=_COLORS.get(mode))
+    left.set_xlabel("context (tokens, usage.input_tokens)")
+    left.set_ylabel("overhead per turn (ms, median)")
+    left.set_title("per-turn overhead = turn time - model time", fontsize=10)
+    left.set_ylim(bottom=0)
+    left.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    names = list(result["modes"])
+    e2e = [result["modes"][m]["median"]["e2e_ms"] / 1000 for m in names]
+    physical = max(result["modes"][m]["median"]["physical_ms"] for m in names) / 1000
+    bars = right.bar(names, e2e, color=[_COLORS.get(m, "#888888") for m in names])
+    right.axhline(physical, color="black", linestyle="--", linewidth=1, label=f"physical limit {physical:.2f} s")
+    for bar, value in zip(bars, e2e, strict=True):
+        right.annotate(
+            f"{value:.2f} s\n{value / physical:.3f}x",
+            (bar.get_x() + bar.get_width() / 2, value),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+    right.set_ylabel("end-to-end (s, median)")
+    right.set_ylim(0, max(e2e) * 1.2)
+    right.set_title("agent loop end-to-end", fontsize=10)
+    right.legend(fontsize=8, loc="lower right")
+    fig.suptitle(
+        f"{config['turns']} turns to ~{config['context_tokens']} tokens, {config['tps']:g} tok/s, "
+        f"ttft {config['ttft_ms']:g} ms, tool {config['tool_ms']:g} ms",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def plot_overhead(result: dict[str, Any], path: str) -> None:
+    """Median (and p90, dashed) overhead per turn against history size for each mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axis = plt.subplots(figsize=(6, 4))
+    for mode in result["config"]["modes"]:
+        xs = [entry["modes"][mode]["history_tokens"] for entry in result["sizes"]]
+        color = _COLORS.get(mode)
+        axis.plot(xs, [e["modes"][mode]["median_ms"] for e in result["sizes"]], marker="o", label=mode, color=color)
+        axis.plot(xs, [e["modes"][mode]["p90_ms"] for e in result["sizes"]], linestyle="--", color=color, alpha=0.5)
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xlabel("history (tokens)")
+    axis.set_ylabel("overhead per turn (ms): median, p90 dashed")
+    axis.grid(alpha=0.3, which="both")
+    axis.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)

@@ -1,0 +1,1 @@
+"""Observability: stage timings and Prometheus metrics."""

@@ -1,0 +1,67 @@
+"""The render stage: the model input of a turn as token ids, from the chain's rendered state when it has one.
+
+A continuation whose system message (instructions + offered tools) and chat format match its parent's renders
+only the parent's output and the new input; anything else renders the whole context from the token cache.
+`truncation: auto` drops the oldest items until the prompt fits (never the instructions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain
+
+from hotloop.errors import InvalidParam
+from hotloop.models import Model
+from hotloop.pipeline.context import ChainState
+from hotloop.pipeline.render import Chat, item_messages, system_message
+from hotloop.pipeline.tokens import PromptRenderer, Rendered
+from hotloop.pipeline.tools import ToolChoice
+from hotloop.wire.items import ContextItem
+from hotloop.wire.request import CreateRequest
+
+
+def render_prompt(
+    renderer: PromptRenderer,
+    model: Model,
+    request: CreateRequest,
+    choice: ToolChoice,
+    parent: ChainState | None,
+    new_items: list[ContextItem],
+) -> tuple[list[int], Rendered | None]:
+    """The prompt's token ids and the rendered state a continuation of this turn can extend."""
+    specs = choice.tools.specs if choice.mode != "none" else ()
+    system = system_message(request.instructions, specs)
+    fmt = model.chat
+    prompt: list[int] | None = None
+    state: Rendered | None = None
+    if parent is not None and parent.rendered is not None and parent.model.chat is fmt:
+        rendered = parent.rendered
+        if rendered.system == system:
+            replaced, messages = item_messages([*parent.response.output, *new_items], after=rendered.last)
+            result = renderer.extend(fmt, rendered, replaced, messages)
+            if result is not None:
+                prompt, state = result
+    if prompt is None:
+        history: Sequence[ContextItem] = parent.context if parent is not None else ()
+        prompt, state = renderer.full(fmt, system, item_messages(chain(history, new_items))[1])
+    if len(prompt) < model.context_window:
+        return prompt, state
+    return _truncated(model, request, system, [*(parent.context if parent else ()), *new_items], len(prompt)), None
+
+
+def _truncated(
+    model: Model, request: CreateRequest, system: Chat | None, items: list[ContextItem], size: int
+) -> list[int]:
+    window = model.context_window
+    while True:
+        if request.truncation != "auto" or len(items) <= 1:
+            raise InvalidParam(
+                f"The input is {size} tokens; this model's context window is {window}.",
+                param="input",
+                code="context_length_exceeded",
+            )
+        items = items[max(1, len(items) // 8) :]
+        prompt = model.chat.tokens(([system] if system else []) + item_messages(items)[1])
+        size = len(prompt)
+        if size < window:
+            return prompt

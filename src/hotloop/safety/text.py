@@ -1,0 +1,85 @@
+"""The free text of an item, as the classifiers read it: message text, call arguments, tool outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from hotloop.wire.items import (
+    ContextItem,
+    CustomToolCall,
+    CustomToolCallOutput,
+    FunctionCall,
+    FunctionCallOutput,
+    InputText,
+    Message,
+    OtherItem,
+    OutputText,
+    Reasoning,
+    Refusal,
+)
+
+
+def _parts_text(parts: Sequence[Any]) -> Iterator[str]:
+    for part in parts:
+        if isinstance(part, InputText | OutputText):
+            yield part.text
+        elif isinstance(part, Refusal):
+            yield part.refusal
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """The string leaves of an unknown item, skipping data URLs (inline media is not text)."""
+    if isinstance(value, str):
+        if not value.startswith("data:"):
+            yield value
+    elif isinstance(value, dict):
+        for key, inner in value.items():
+            if key not in ("type", "id", "call_id", "status", "encrypted_content"):
+                yield from _strings(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from _strings(inner)
+
+
+def item_texts(item: ContextItem) -> Iterator[str]:
+    """Every piece of free text an item carries: message text, call arguments and inputs, tool outputs.
+
+    Images, files (base64 or URLs), sealed blobs and ids are not text and are skipped.
+    """
+    if isinstance(item, Message):
+        yield from _parts_text(item.content)
+    elif isinstance(item, FunctionCall):
+        yield item.arguments
+    elif isinstance(item, CustomToolCall):
+        yield item.input
+    elif isinstance(item, FunctionCallOutput | CustomToolCallOutput):
+        yield from tool_output_texts(item)
+    elif isinstance(item, Reasoning):
+        for summary in item.summary:
+            yield summary.text
+        for text in item.content or ():
+            yield text.text
+    elif isinstance(item, OtherItem):
+        yield from _strings(item.raw)
+
+
+def is_tool_output(item: ContextItem) -> bool:
+    """Text that came back from a tool (what a third party may control), not from the user or the model."""
+    if isinstance(item, FunctionCallOutput | CustomToolCallOutput):
+        return True
+    if isinstance(item, OtherItem):
+        kind = item.raw.get("type")
+        return isinstance(kind, str) and (kind.endswith("_output") or kind == "mcp_call")
+    return False
+
+
+def tool_output_texts(item: ContextItem) -> Iterator[str]:
+    """The text of a tool output item (empty for any other item)."""
+    if isinstance(item, FunctionCallOutput | CustomToolCallOutput):
+        if isinstance(item.output, str):
+            yield item.output
+        else:
+            yield from _parts_text(item.output)
+    elif isinstance(item, OtherItem) and is_tool_output(item):
+        yield from _strings({k: v for k, v in item.raw.items() if k in ("output", "error", "result")})

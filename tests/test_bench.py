@@ -1,0 +1,86 @@
+"""`hotloop bench`: tiny agent-loop and overhead runs through the CLI entry point (structure, not speed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hotloop.cli import main
+
+MODES = ["http-full", "http-chain", "ws"]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_agent_loop_all_modes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, plot = tmp_path / "loop.json", tmp_path / "loop.png"
+    argv = ["bench", "agent-loop", "--turns", "3", "--context-tokens", "3000", "--tps", "5000", "--ttft-ms", "2"]
+    argv += ["--tool-ms", "5", "--runs", "1", "--modes", ",".join(MODES), "--json", str(out), "--plot", str(plot)]
+    assert main(argv) == 0
+    result = json.loads(out.read_text())
+    assert result["scenario"] == "agent-loop"
+    assert result["config"]["turns"] == 3 and result["environment"]["commit"]
+    assert set(result["modes"]) == set(MODES)
+    contexts = {}
+    for mode in MODES:
+        data = result["modes"][mode]
+        assert len(data["runs"]) == 1 and len(data["per_turn_median"]) == 3
+        run = data["runs"][0]
+        turns = run["turns"]
+        assert [t["turn"] for t in turns] == [0, 1, 2], mode
+        for turn in turns:
+            assert turn["ttft_ms"] is not None and 0 < turn["ttft_ms"] <= turn["turn_ms"]
+            assert turn["model_ms"] >= 2 and turn["overhead_ms"] == pytest.approx(turn["turn_ms"] - turn["model_ms"])
+        assert turns[0]["tool_ms"] >= 5 and turns[1]["tool_ms"] >= 5 and turns[2]["tool_ms"] == 0
+        sizes = [t["context_tokens"] for t in turns]
+        assert sizes[0] < sizes[1] < sizes[2], (mode, sizes)
+        # model time + tool time is a floor that no mode can beat
+        assert run["e2e_ms"] >= run["physical_ms"] > 0
+        assert run["physical_ms"] == pytest.approx(sum(t["model_ms"] for t in turns) + 2 * 5)
+        median = data["median"]
+        assert median["turns_completed"] == 3 and median["e2e_over_physical"] >= 1
+        contexts[mode] = sizes
+    # the same scripted rollout in every mode: the server renders the same prompts
+    assert contexts["http-full"] == contexts["http-chain"] == contexts["ws"]
+    assert {"e2e ws/http-full", "e2e ws/http-chain", "e2e ws/physical"} <= set(result["ratios"])
+    assert plot.read_bytes().startswith(PNG)
+    table = capsys.readouterr().out
+    assert all(mode in table for mode in MODES) and "e2e/limit" in table
+
+
+def test_overhead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, plot = tmp_path / "overhead.json", tmp_path / "overhead.png"
+    argv = ["bench", "overhead", "--context-tokens", "500,3000", "--samples", "3", "--quiet"]
+    assert main([*argv, "--json", str(out), "--plot", str(plot)]) == 0
+    result = json.loads(out.read_text())
+    assert result["scenario"] == "overhead"
+    assert [entry["context_tokens"] for entry in result["sizes"]] == [500, 3000]
+    small, large = (entry["modes"] for entry in result["sizes"])
+    for mode in MODES:
+        assert len(small[mode]["samples"]) == 3 and len(large[mode]["samples"]) == 3
+        assert 0 < small[mode]["median_ms"] <= small[mode]["p90_ms"]
+        assert small[mode]["history_tokens"] < large[mode]["history_tokens"]
+        assert large[mode]["samples"][0]["context_tokens"] > large[mode]["history_tokens"]
+    assert "3000: ws/http-full" in result["ratios"]
+    assert plot.read_bytes().startswith(PNG)
+    assert "p90" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("scenario", ["agent-loop", "overhead"])
+def test_help_documents_every_option(scenario: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", scenario, "--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    options = ["--modes", "--json", "--plot", "--base-url", "--api-key", "--quiet", "--context-tokens"]
+    options += ["--turns", "--tps", "--ttft-ms", "--tool-ms", "--runs"] if scenario == "agent-loop" else ["--samples"]
+    for option in options:
+        assert option in text, option
+
+
+def test_bad_mode_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", "agent-loop", "--modes", "http-full,grpc"])
+    assert exited.value.code == 2
+    assert "modes must be among" in capsys.readouterr().err

@@ -1,0 +1,158 @@
+"""Incremental rendering (pipeline/tokens.py, pipeline/prompt.py): a turn tokenizes only its new input, and the
+result is always exactly the full render."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import RunningServer
+from hotloop.backends.gguf import smollm2_chat_format
+from hotloop.pipeline.render import ChatFormat, chat_messages, item_messages, system_message
+from hotloop.pipeline.tokens import PromptRenderer, TokenCache, probe_incremental
+from hotloop.wire.items import ContextItem
+from test_render import TOOLS, conversations
+from wsutil import WS, final
+
+
+@pytest.fixture(scope="module")
+def chat() -> ChatFormat:
+    fmt = smollm2_chat_format()
+    assert probe_incremental(fmt), "SmolLM2's ChatML template is per-message and must be detected as such"
+    return fmt
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(conversation=conversations(), data=st.data())
+def test_chain_of_extends_equals_full_render_every_turn(
+    chat: ChatFormat, conversation: Any, data: st.DataObject
+) -> None:
+    """Random conversations cut into random turns: each turn's incremental prompt equals a full render of it."""
+    items: list[ContextItem] = [stored for _, stored in conversation]
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(items) - 1)), max_size=5)))
+    instructions = data.draw(st.none() | st.text(max_size=20))
+    tools = data.draw(st.sampled_from([(), tuple(TOOLS)]))
+    system = system_message(instructions, tools)
+    renderer = PromptRenderer(TokenCache(1 << 20))
+    bounds = [0, *cuts, len(items)]
+    state = None
+    for start, end in itertools.pairwise(bounds):
+        if state is None:
+            prompt, state = renderer.full(chat, system, item_messages(items[:end])[1])
+        else:
+            replaced, messages = item_messages(items[start:end], after=state.last)
+            result = renderer.extend(chat, state, replaced, messages)
+            if result is None:  # an assistant item merging into the conversation's first message
+                assert state.last is state.base
+                prompt, state = renderer.full(chat, system, item_messages(items[:end])[1])
+            else:
+                prompt, state = result
+        assert state is not None
+        assert prompt == chat.tokens(chat_messages(instructions, tools, items[:end])), (start, end)
+    assert renderer.stats.fallbacks == 0
+
+
+def test_token_cache_serves_resent_history_and_is_bounded(chat: ChatFormat) -> None:
+    history = [{"role": "user", "content": f"message {i} " + "word " * 50} for i in range(20)]
+    renderer = PromptRenderer(TokenCache(1 << 20))
+    first, _ = renderer.full(chat, None, history)
+    assert renderer.stats.cache_misses == 19 and renderer.stats.cache_hits == 0  # the first message is the base
+    again, _ = renderer.full(chat, None, [*history, {"role": "user", "content": "new"}])
+    assert renderer.stats.cache_hits == 19 and renderer.stats.cache_misses == 20
+    assert first == chat.tokens(history) and again[: len(first) - 4] == first[:-4]
+    small = TokenCache(2_000)
+    bounded = PromptRenderer(small)
+    bounded.full(chat, None, history)
+    assert small.bytes <= 2_000 and 0 < len(small) < 19  # LRU eviction keeps it under its byte bound
+
+
+class WorkCounter:
+    """Counts the characters the server's tokenizer encodes (the cost that grew with history before)."""
+
+    def __init__(self, server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
+        tokenizer = server.service.models.resolve("hotloop-sim").chat.tokenizer
+        original = tokenizer.encode
+        self.chars = 0
+
+        def counting(text: str) -> list[int]:
+            self.chars += len(text)
+            return original(text)
+
+        monkeypatch.setattr(tokenizer, "encode", counting)
+
+
+BIG = "src/hotloop/pipeline/module_{i}.py: def function_{i}(argument): return argument * {i}\n" * 40  # ~3.5 KB
+TOOL = {
+    "type": "function",
+    "name": "read_file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+}
+
+
+def _loop(ws: WS, turns: int, store: bool) -> dict[str, Any]:
+    meta = {"sim_tool_calls": "1000", "sim_output_tokens": "8"}
+    response = final(ws.turn(input="start", tools=[TOOL], store=store, metadata=meta))
+    for i in range(turns):
+        call = response["output"][-1]
+        output = {"type": "function_call_output", "call_id": call["call_id"], "output": BIG.format(i=i)}
+        response = final(
+            ws.turn(input=[output], previous_response_id=response["id"], tools=[TOOL], store=store, metadata=meta)
+        )
+    return response
+
+
+def test_websocket_continuation_encodes_only_new_input(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    with WS(server.ws_url) as ws:
+        response = _loop(ws, 12, store=False)
+        assert response["usage"]["input_tokens"] > 10_000
+        counter = WorkCounter(server, monkeypatch)
+        call = response["output"][-1]
+        small = {"type": "function_call_output", "call_id": call["call_id"], "output": "ok"}
+        meta = {"sim_tool_calls": "1000", "sim_output_tokens": "8"}
+        last = final(
+            ws.turn(input=[small], previous_response_id=response["id"], tools=[TOOL], store=False, metadata=meta)
+        )
+    assert last["usage"]["input_tokens"] > response["usage"]["input_tokens"]
+    # The new work is the parent's output (one call) and the new output: a few hundred characters, not ~45 KB.
+    assert counter.chars < 1_500, counter.chars
+
+
+def test_http_chain_continuation_encodes_only_new_input(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = server.client()
+    meta = {"sim_tool_calls": "1000", "sim_output_tokens": "8"}
+    response = client.responses.create(model="hotloop-sim", input="start", tools=[TOOL], metadata=meta)  # type: ignore[list-item]
+    for i in range(8):
+        call = response.output[-1]
+        output = {"type": "function_call_output", "call_id": call.call_id, "output": BIG.format(i=i)}  # type: ignore[union-attr]
+        response = client.responses.create(
+            model="hotloop-sim",
+            input=[output],
+            previous_response_id=response.id,
+            tools=[TOOL],
+            metadata=meta,  # type: ignore[list-item]
+        )
+    counter = WorkCounter(server, monkeypatch)
+    call = response.output[-1]
+    small = {"type": "function_call_output", "call_id": call.call_id, "output": "ok"}  # type: ignore[union-attr]
+    client.responses.create(
+        model="hotloop-sim", input=[small], previous_response_id=response.id, tools=[TOOL], metadata=meta
+    )  # type: ignore[list-item]
+    assert counter.chars < 1_500, counter.chars
+
+
+def test_http_full_resend_reuses_tokens_of_identical_items(
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history: list[dict[str, Any]] = [{"role": "user", "content": BIG.format(i=i)} for i in range(10)]
+    with server.http() as http:
+        assert http.post("/responses", json={"input": history, "store": False}).status_code == 200
+        counter = WorkCounter(server, monkeypatch)
+        history.append({"role": "user", "content": "one more"})
+        reply = http.post("/responses", json={"input": history, "store": False})
+        assert reply.status_code == 200
+    # The first message (the render base) and the new one are encoded again; the other nine come from the cache.
+    assert counter.chars < 2 * len(BIG) + 500, counter.chars
