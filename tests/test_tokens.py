@@ -52,7 +52,7 @@ def test_chain_of_extends_equals_full_render_every_turn(
             else:
                 prompt, state = result
         assert state is not None
-        assert prompt == chat.tokens(chat_messages(instructions, tools, items[:end])), (start, end)
+        assert prompt.tolist() == chat.tokens(chat_messages(instructions, tools, items[:end])), (start, end)
     assert renderer.stats.fallbacks == 0
 
 
@@ -63,7 +63,7 @@ def test_token_cache_serves_resent_history_and_is_bounded(chat: ChatFormat) -> N
     assert renderer.stats.cache_misses == 19 and renderer.stats.cache_hits == 0  # the first message is the base
     again, _ = renderer.full(chat, None, [*history, {"role": "user", "content": "new"}])
     assert renderer.stats.cache_hits == 19 and renderer.stats.cache_misses == 20
-    assert first == chat.tokens(history) and again[: len(first) - 4] == first[:-4]
+    assert first.tolist() == chat.tokens(history) and again[: len(first) - 4] == first[:-4]
     small = TokenCache(2_000)
     bounded = PromptRenderer(small)
     bounded.full(chat, None, history)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -30,7 +30,8 @@ def prompt_name(name: str, namespace: str | None) -> str:
 class GenerationRequest(msgspec.Struct, kw_only=True):
     """Everything a backend needs for one response; built by the pipeline's render stage."""
 
-    prompt_tokens: list[int]
+    # A list, or the renderer's array("i"): handing over the array avoids a per-element copy of a long prompt.
+    prompt_tokens: Sequence[int]
     tools: list[ToolSpec] = msgspec.field(default_factory=list)
     # "auto" | "none" | "required" | a tool name that must be called
     tool_choice: str = "auto"
@@ -85,7 +86,7 @@ class Backend(Protocol):
         """Stream the response; the final delta is `Finished`."""
         ...
 
-    async def prefill(self, prompt_tokens: list[int]) -> int:
+    async def prefill(self, prompt_tokens: Sequence[int]) -> int:
         """Warm the prefix cache with the prompt (`generate: false`); returns the prompt tokens already cached."""
         ...
 

@@ -11,6 +11,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from hotloop.backends.base import Tokenizer
+from hotloop.backends.bpe import BPETokenizer, load_bpe
 from hotloop.pipeline.render import ChatFormat
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -88,4 +90,7 @@ def smollm2_chat_format() -> ChatFormat:
         raise RuntimeError(f"{GGUF_NAME} has no chat template")
     bos = vocab.detokenize([vocab.token_bos()], special=True).decode() if vocab.token_bos() >= 0 else ""
     eos = vocab.detokenize([vocab.token_eos()], special=True).decode() if vocab.token_eos() >= 0 else ""
-    return ChatFormat(template, GGUFTokenizer(vocab), bos_token=bos, eos_token=eos)
+    bpe = load_bpe(smollm2_path())
+    reference = GGUFTokenizer(vocab)
+    tokenizer: Tokenizer = BPETokenizer(bpe, reference) if bpe is not None else reference
+    return ChatFormat(template, tokenizer, bos_token=bos, eos_token=eos)

@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -133,7 +133,7 @@ class LlamaBackend:
             llama.eval(tokens[start : start + PROMPT_CHUNK])
         return cached
 
-    async def prefill(self, prompt_tokens: list[int]) -> int:
+    async def prefill(self, prompt_tokens: Sequence[int]) -> int:
         def work() -> int:
             with self._lock:
                 if self._closed:

@@ -16,7 +16,7 @@ import random
 import time
 from array import array
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import msgspec
@@ -72,6 +72,9 @@ _WORDS = [
 ]
 # How many recent token sequences the simulated prefix cache remembers.
 PREFIX_CACHE_ENTRIES = 64
+# The output's seed covers the prompt's length and this many of its last tokens.
+RNG_TAIL_TOKENS = 2048
+_TOKEN = array("i").itemsize
 
 
 class SimSettings(msgspec.Struct, frozen=True):
@@ -88,27 +91,31 @@ class SimBackend:
         self.settings = settings
         self._recent: deque[bytes] = deque(maxlen=PREFIX_CACHE_ENTRIES)  # packed prompts, newest last
 
-    def _cached_prefix(self, tokens: list[int]) -> int:
+    def _cached_prefix(self, packed: bytes) -> int:
         """Longest prefix shared with a recent prompt: what a prefix-caching engine would not recompute.
 
         The simulator remembers prompts only (its output pieces are not real tokens), so a continuation's
-        cached tokens are its parent's prompt, as with an engine that caches prompts but not outputs.
+        cached tokens are its parent's prompt, as with an engine that caches prompts but not outputs. Newest
+        first: in an agent loop the parent's whole prompt is a prefix (one memcmp), and older, shorter prompts
+        of the chain are then skipped without comparing.
         """
-        packed = _pack(tokens)
         best = 0
-        for seen in self._recent:
-            best = max(best, _shared_prefix(seen, packed, best))
+        for seen in reversed(self._recent):
+            if len(seen) // _TOKEN <= best:
+                continue
+            whole = packed.startswith(seen)
+            best = len(seen) // _TOKEN if whole else max(best, _shared_prefix(seen, packed, best))
         return best
 
-    def _remember(self, tokens: list[int]) -> None:
-        packed = _pack(tokens)
+    def _remember(self, packed: bytes) -> None:
         if packed in self._recent:
             self._recent.remove(packed)
         self._recent.append(packed)
 
-    async def prefill(self, prompt_tokens: list[int]) -> int:
-        cached = self._cached_prefix(prompt_tokens)
-        self._remember(list(prompt_tokens))
+    async def prefill(self, prompt_tokens: Sequence[int]) -> int:
+        packed = _pack(prompt_tokens)
+        cached = self._cached_prefix(packed)
+        self._remember(packed)
         return cached
 
     async def close(self) -> None:
@@ -125,9 +132,11 @@ class SimBackend:
             return default
         return value if math.isfinite(value) and value >= 0 else default
 
-    def _rng(self, request: GenerationRequest) -> random.Random:
-        digest = hashlib.blake2b(_pack(request.prompt_tokens), digest_size=8)
-        digest.update(str(self.settings.seed).encode())
+    def _rng(self, request: GenerationRequest, packed: bytes) -> random.Random:
+        """Seeded by the seed, the prompt's length and its last tokens: deterministic per input, and O(1) in the
+        history (hashing a 100k-token prompt every turn would be the simulator's own overhead, not the API's)."""
+        digest = hashlib.blake2b(packed[-RNG_TAIL_TOKENS * _TOKEN :], digest_size=8)
+        digest.update(f"{self.settings.seed}:{len(packed)}".encode())
         return random.Random(int.from_bytes(digest.digest(), "little"))
 
     def _plan(self, request: GenerationRequest, rng: random.Random) -> list[tuple[ToolSpec | None, list[str]]]:
@@ -152,11 +161,12 @@ class SimBackend:
         return [(None, pieces)]
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
-        cached = self._cached_prefix(request.prompt_tokens)
+        packed = _pack(request.prompt_tokens)
+        cached = self._cached_prefix(packed)
         ttft = self._option(request, "ttft_ms", self.settings.ttft_ms) / 1000.0
         tps = max(1e-3, self._option(request, "tps", self.settings.tps))
         limit = request.max_output_tokens
-        rng = self._rng(request)
+        rng = self._rng(request, packed)
         start = time.perf_counter() + ttft
         emitted = 0
         for spec, pieces in self._plan(request, rng):
@@ -164,7 +174,7 @@ class SimBackend:
                 yield ToolCallStart(name=spec.name, kind=spec.kind, namespace=spec.namespace)
             for piece in pieces:
                 if limit is not None and emitted >= limit:
-                    self._remember(request.prompt_tokens)
+                    self._remember(packed)
                     yield Finished(reason="length", output_tokens=emitted, cached_tokens=cached)
                     return
                 delay = start + emitted / tps - time.perf_counter()
@@ -174,17 +184,18 @@ class SimBackend:
                 yield ToolCallDelta(text=piece) if spec is not None else TextDelta(text=piece)
             if spec is not None:
                 yield ToolCallEnd()
-        self._remember(request.prompt_tokens)
+        self._remember(packed)
         yield Finished(reason="stop", output_tokens=emitted, cached_tokens=cached)
 
 
-def _pack(tokens: list[int]) -> bytes:
-    return array("q", tokens).tobytes()
+def _pack(tokens: Sequence[int]) -> bytes:
+    """Token ids as bytes (4 per token): a memcpy for the renderer's array("i"), a conversion for a list."""
+    return tokens.tobytes() if isinstance(tokens, array) and tokens.typecode == "i" else array("i", tokens).tobytes()
 
 
 def _shared_prefix(a: bytes, b: bytes, at_least: int) -> int:
     """Tokens two packed prompts share from the start; 0 when not more than `at_least` (binary search on memcmp)."""
-    size = array("q").itemsize
+    size = _TOKEN
     limit = min(len(a), len(b)) // size
     view = memoryview(a)
     if limit <= at_least or not b.startswith(view[: (at_least + 1) * size]):

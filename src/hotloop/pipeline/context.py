@@ -14,6 +14,7 @@ from hotloop.wire.response import Response
 if TYPE_CHECKING:
     from hotloop.models import Model
     from hotloop.pipeline.tokens import Rendered
+    from hotloop.pipeline.tools import ToolSet
 
 
 class Context(Sequence[ContextItem]):
@@ -68,4 +69,5 @@ class ChainState(msgspec.Struct, kw_only=True):
     # Every response along the chain is stored: only such a state may be seen outside its connection.
     stored_chain: bool = False
     rendered: Rendered | None = None  # token ids of context(P) ⊕ N(R.input), for an incremental next render
+    tools: ToolSet | None = None  # the request's validated tools, reused while a continuation sends the same
     safety_states: tuple[Any, ...] | None = None  # each classifier's state after this response (safety/stage.py)

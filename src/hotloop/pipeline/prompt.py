@@ -7,6 +7,7 @@ only the parent's output and the new input; anything else renders the whole cont
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from itertools import chain
 
@@ -27,12 +28,15 @@ def render_prompt(
     choice: ToolChoice,
     parent: ChainState | None,
     new_items: list[ContextItem],
-) -> tuple[list[int], Rendered | None]:
+) -> tuple[array[int], Rendered | None]:
     """The prompt's token ids and the rendered state a continuation of this turn can extend."""
     specs = choice.tools.specs if choice.mode != "none" else ()
-    system = system_message(request.instructions, specs)
+    source = (request.instructions, specs)
+    reusable = parent.rendered if parent is not None else None
+    # The tool list is rendered once per chain: again only when instructions or offered tools change.
+    system = reusable.system if reusable is not None and reusable.source == source else system_message(*source)
     fmt = model.chat
-    prompt: list[int] | None = None
+    prompt: array[int] | None = None
     state: Rendered | None = None
     if parent is not None and parent.rendered is not None and parent.model.chat is fmt:
         rendered = parent.rendered
@@ -43,7 +47,7 @@ def render_prompt(
                 prompt, state = result
     if prompt is None:
         history: Sequence[ContextItem] = parent.context if parent is not None else ()
-        prompt, state = renderer.full(fmt, system, item_messages(chain(history, new_items))[1])
+        prompt, state = renderer.full(fmt, system, item_messages(chain(history, new_items))[1], source)
     if len(prompt) < model.context_window:
         return prompt, state
     return _truncated(model, request, system, [*(parent.context if parent else ()), *new_items], len(prompt)), None
@@ -51,7 +55,7 @@ def render_prompt(
 
 def _truncated(
     model: Model, request: CreateRequest, system: Chat | None, items: list[ContextItem], size: int
-) -> list[int]:
+) -> array[int]:
     window = model.context_window
     while True:
         if request.truncation != "auto" or len(items) <= 1:
@@ -61,7 +65,7 @@ def _truncated(
                 code="context_length_exceeded",
             )
         items = items[max(1, len(items) // 8) :]
-        prompt = model.chat.tokens(([system] if system else []) + item_messages(items)[1])
+        prompt = array("i", model.chat.tokens(([system] if system else []) + item_messages(items)[1]))
         size = len(prompt)
         if size < window:
             return prompt

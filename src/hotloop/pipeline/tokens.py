@@ -82,7 +82,7 @@ class Rendered:
     such a view copies first, as `Context` does.
     """
 
-    __slots__ = ("base", "base_text", "last", "last_start", "length", "system", "tokens")
+    __slots__ = ("base", "base_text", "last", "last_start", "length", "source", "system", "tokens")
 
     def __init__(
         self,
@@ -94,8 +94,10 @@ class Rendered:
         length: int,
         last: Chat,
         last_start: int,
+        source: object = None,
     ) -> None:
         self.system = system
+        self.source = source  # what the system message was built from (instructions, offered tools)
         self.base = base  # the conversation's first message, rendered before every segment
         self.base_text = base_text
         self.tokens = tokens
@@ -133,12 +135,14 @@ class PromptRenderer:
             self.stats.cache_hits += 1
         return tokens
 
-    def full(self, fmt: ChatFormat, system: Chat | None, messages: list[Chat]) -> tuple[list[int], Rendered | None]:
+    def full(
+        self, fmt: ChatFormat, system: Chat | None, messages: list[Chat], source: object = None
+    ) -> tuple[array[int], Rendered | None]:
         """Token ids of the whole prompt, from cached messages where possible; the state for continuations."""
         self.stats.full_renders += 1
         every = ([system] if system else []) + messages
         if not every:
-            return fmt.tokens(every), None
+            return array("i", fmt.tokens(every)), None
         if not fmt.incremental:
             return self._fallback(fmt, every)
         base = every[0]
@@ -159,12 +163,13 @@ class PromptRenderer:
             length=len(tokens),
             last=every[-1],
             last_start=last_start,
+            source=source,
         )
         return self._prompt(fmt, state), state
 
     def extend(
         self, fmt: ChatFormat, state: Rendered, replaced: Chat | None, messages: list[Chat]
-    ) -> tuple[list[int], Rendered] | None:
+    ) -> tuple[array[int], Rendered] | None:
         """Continue `state` with new messages, rendering only them; `replaced` is the state's last message when
         the first new message merged into it (that message is then rendered again). None: not incremental."""
         if not messages:
@@ -192,17 +197,18 @@ class PromptRenderer:
             length=len(tokens),
             last=messages[-1],
             last_start=last_start,
+            source=state.source,
         )
         return self._prompt(fmt, new), new
 
-    def _prompt(self, fmt: ChatFormat, state: Rendered) -> list[int]:
-        prompt = state.tokens[: state.length].tolist()
+    def _prompt(self, fmt: ChatFormat, state: Rendered) -> array[int]:
+        prompt = state.tokens[: state.length]  # one memcpy, no per-token objects
         prompt.extend(fmt.generation_ids)
         return prompt
 
-    def _fallback(self, fmt: ChatFormat, messages: list[Chat]) -> tuple[list[int], None]:
+    def _fallback(self, fmt: ChatFormat, messages: list[Chat]) -> tuple[array[int], None]:
         self.stats.fallbacks += 1
-        return fmt.tokens(messages), None
+        return array("i", fmt.tokens(messages)), None
 
 
 PROBE: list[Chat] = [
@@ -224,8 +230,8 @@ def probe_incremental(fmt: ChatFormat) -> bool:
         expected = fmt.tokens(PROBE)
         prompt, state = renderer.full(fmt, PROBE[0], PROBE[1:3])
         extended = renderer.extend(fmt, state, None, PROBE[3:]) if state is not None else None
-        fmt.incremental = renderer.stats.fallbacks == 0 and extended is not None and extended[0] == expected
-        fmt.incremental = fmt.incremental and prompt == fmt.tokens(PROBE[:3])
+        fmt.incremental = renderer.stats.fallbacks == 0 and extended is not None and extended[0].tolist() == expected
+        fmt.incremental = fmt.incremental and prompt.tolist() == fmt.tokens(PROBE[:3])
     except Exception:
         fmt.incremental = False
     return fmt.incremental

@@ -36,7 +36,7 @@ from hotloop.pipeline.resolve import CONTINUABLE, count_calls, expand_references
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Lane, Session
 from hotloop.pipeline.tokens import Rendered
-from hotloop.pipeline.tools import ToolChoice, resolve_tool_choice, resolve_tools
+from hotloop.pipeline.tools import ToolChoice, ToolSet, resolve_tool_choice, resolve_tools
 from hotloop.pipeline.validate import check_new_items, check_request
 from hotloop.safety import SafetyResult
 from hotloop.wire.builder import ResponseBuilder
@@ -67,6 +67,7 @@ class Turn:
         generation: GenerationRequest,
         rendered: Rendered | None,
         safety: SafetyResult,
+        tools: ToolSet,
         options: TurnOptions,
         timings: StageTimings,
     ) -> None:
@@ -81,6 +82,7 @@ class Turn:
         self.generation = generation
         self.rendered = rendered
         self.safety = safety
+        self.tools = tools
         self.options = options
         self.lane = options.lane
         self.timings = timings
@@ -171,7 +173,8 @@ class Turn:
         """Persist, then cache, then the terminal event: a client that saw it end can read it back."""
         self.timings.mark("finish")
         events = self.builder.close(status, usage, reason=reason, error=error)
-        if self.response.store:
+        # A blocked input (a secret, an injection) is never written to disk, like any rejected request.
+        if self.response.store and self.safety.verdict != "block":
             try:
                 await self.service.store.save(self.session.owner, self.response, self.new_items)
             except Exception:
@@ -191,7 +194,8 @@ class Turn:
             events.append(self.builder.timing_metrics(self.timings.milliseconds()))
         inband = None
         if error is not None and self.options.inband_errors:
-            inband = ErrorBody(type="server_error", code=error.code, message=error.message, param=None)
+            kind = "invalid_request_error" if error.code == "content_filter" else "server_error"
+            inband = ErrorBody(type=kind, code=error.code, message=error.message, param=None)
         return events + self.builder.terminal(inband)
 
     def _account(self) -> None:
@@ -232,6 +236,7 @@ class Turn:
             stored_chain=self.response.store and (self.parent is None or self.parent.stored_chain),
             rendered=self.rendered,
             safety_states=self.safety.states,
+            tools=self.tools,
         )
 
 
@@ -283,13 +288,16 @@ async def _prepare(
     with timings.stage("validate"):
         check_request(request, websocket=options.websocket)
         model = service.models.resolve(request.model)
-        tools = resolve_tools(request.tools)
-        choice = resolve_tool_choice(request.tool_choice, tools)
         raw_items = normalize_input(request.input)
     with timings.stage("resolve"):
         parent = await resolve_parent(service, session, request.previous_response_id)
         new_items = await expand_references(service, session, raw_items, parent)
     with timings.stage("validate"):
+        if parent is not None and parent.tools is not None and parent.request.tools == request.tools:
+            tools = parent.tools  # validated once per chain, again only when a request changes them
+        else:
+            tools = resolve_tools(request.tools)
+        choice = resolve_tool_choice(request.tool_choice, tools)
         known = parent.call_ids if parent is not None else frozenset()
         call_ids = check_new_items(new_items, known, service.secret)
     with timings.stage("safety"):
@@ -327,6 +335,7 @@ async def _prepare(
         generation=generation,
         rendered=rendered,
         safety=safety,
+        tools=tools,
         options=options,
         timings=timings,
     )

@@ -44,6 +44,12 @@ def error_response(exc: HotloopError) -> Response:
     return JSONResponse({"error": exc.payload()}, status_code=exc.status)
 
 
+# A non-streaming response that failed after acceptance (protocol.md §1.9): its HTTP status and error type by code.
+# A safety block is the client's input, never a 500.
+FAILURE_STATUS: dict[str, tuple[int, str, str | None]] = {
+    "store_unavailable": (503, "server_error", None),
+    "content_filter": (400, "invalid_request_error", "input"),
+}
 TIMING_HEADER = "x-responsesapi-include-timing-metrics"
 
 
@@ -132,13 +138,9 @@ async def _json_result(request: Request, turn: Turn) -> Response:
     task.result()
     response = turn.response
     if response.status == "failed" and response.error is not None:
-        error = {
-            "message": response.error.message,
-            "type": "server_error",
-            "param": None,
-            "code": response.error.code,
-        }
-        return JSONResponse({"error": error}, status_code=503 if error["code"] == "store_unavailable" else 500)
+        status, kind, param = FAILURE_STATUS.get(response.error.code, (500, "server_error", None))
+        error = {"message": response.error.message, "type": kind, "param": param, "code": response.error.code}
+        return JSONResponse({"error": error}, status_code=status)
     return raw_json(encode(response))
 
 

@@ -1,0 +1,62 @@
+"""The Rust BPE rebuilt from the GGUF (backends/bpe.py) gives exactly llama.cpp's token ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hotloop.backends.bpe import BPETokenizer, load_bpe
+from hotloop.backends.gguf import GGUFTokenizer, load_llama, smollm2_chat_format, smollm2_path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[BPETokenizer, GGUFTokenizer]:
+    bpe = load_bpe(smollm2_path())
+    assert bpe is not None
+    vocab = load_llama(vocab_only=True, n_threads=1, n_ctx=256, n_batch=256)
+    reference = GGUFTokenizer(vocab)
+    return BPETokenizer(bpe, reference), reference
+
+
+def test_the_served_chat_format_uses_the_rust_tokenizer() -> None:
+    assert isinstance(smollm2_chat_format().tokenizer, BPETokenizer)
+
+
+def test_same_ids_as_llama_cpp_on_real_files(pair: tuple[BPETokenizer, GGUFTokenizer]) -> None:
+    fast, reference = pair
+    for path in [
+        *sorted((ROOT / "src" / "hotloop").rglob("*.py"))[:20],
+        ROOT / "README.md",
+        ROOT / "docs" / "models.md",
+    ]:
+        text = path.read_text()
+        assert fast.encode(text) == reference.encode(text), path
+    chatml = "<|im_start|>system\nYou are…<|im_end|>\n<|im_start|>user\n 12345 ünï 日本 😀\t\n<|im_end|>\n"
+    assert fast.encode(chatml) == reference.encode(chatml)
+    assert fast.decode(fast.encode(chatml)) == chatml
+
+
+ALPHABET = st.characters(codec="utf-8", exclude_categories=["Cs"])
+PIECES = st.sampled_from(["<|im_start|>", "<|im_end|>", "\n", "  ", "\t", "123", " 4", "'s", "'ll", "ü", "日本", "😀"])
+
+
+def test_rare_scripts_go_to_llama_cpp(pair: tuple[BPETokenizer, GGUFTokenizer]) -> None:
+    """Seen with hypothesis: the two disagree on some astral code points; those texts are tokenized by llama.cpp."""
+    fast, reference = pair
+    text = "\U0001da43\U0007d000"
+    assert fast._tokenizer.encode(text, add_special_tokens=False).ids != reference.encode(text)
+    assert fast.encode(text) == reference.encode(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.text(ALPHABET, max_size=12) | PIECES, max_size=12))
+def test_same_ids_as_llama_cpp_on_random_text(pair: Any, parts: list[str]) -> None:
+    fast, reference = pair
+    text = "".join(parts)
+    assert fast.encode(text) == reference.encode(text)
