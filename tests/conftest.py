@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,40 +9,18 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import uvicorn
 
 from hotloop.config import Settings
-from hotloop.transports.app import create_app
+from hotloop.transports.server import ThreadedServer
 
 FAST_SIM = {"sim_ttft_ms": 0.0, "sim_tps": 50_000.0}
 
 
-class RunningServer:
+class RunningServer(ThreadedServer):
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        config = uvicorn.Config(
-            create_app(settings),
-            host="127.0.0.1",
-            port=0,
-            loop="uvloop",
-            http="httptools",
-            ws="websockets-sansio",
-            ws_max_size=settings.max_body_bytes,
-            ws_per_message_deflate=settings.ws_deflate,
-            log_level="warning",
-            lifespan="on",
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 60
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("server did not start")
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        self.ws_url = f"ws://127.0.0.1:{port}/v1/responses"
+        super().__init__(settings)
+        self.start()
+        self.ws_url = f"ws://127.0.0.1:{self.port}/v1/responses"
 
     @property
     def service(self) -> Any:
@@ -57,10 +33,6 @@ class RunningServer:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         return httpx.Client(base_url=self.base_url, headers=headers, timeout=60)
 
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
-
 
 def start_server(tmp: Path, **overrides: Any) -> RunningServer:
     values: dict[str, Any] = {
@@ -69,6 +41,8 @@ def start_server(tmp: Path, **overrides: Any) -> RunningServer:
         "default_model": "hotloop-sim",
         "llama_threads": 2,
         "llama_n_ctx": 2048,
+        "log_level": "warning",
+        "port": 0,  # a free port
         **FAST_SIM,
     }
     values.update(overrides)

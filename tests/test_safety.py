@@ -545,7 +545,8 @@ def test_cost_per_kilobyte() -> None:
         "secrets+injection": [tool_output(prose + INJECTIONS[0][1] + f" {AWS_KEY_ID} " + code), user(PEM + prose)],
         "base64 image output": [tool_output(_png_base64(9, 48_000))],
     }
-    stage = SafetyStage.from_actions({"secrets": "flag", "injection": "flag"})
+    # No cache: each of the 30 runs pays the full scan (tests/test_safety_cache.py measures cold against warm).
+    stage = SafetyStage.from_actions({"secrets": "flag", "injection": "flag"}, cache_max_bytes=0)
     for label, items in batches.items():
         size = sum(len(text.encode()) for item in items for text in _texts(item)) / 1024
         best = float("inf")

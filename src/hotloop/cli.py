@@ -53,19 +53,6 @@ def main(argv: list[str] | None = None) -> int:
 def serve(settings: Settings) -> None:
     import uvicorn
 
-    from hotloop.transports.app import create_app
+    from hotloop.transports.server import server_config
 
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        ws="websockets-sansio",
-        ws_max_size=settings.max_body_bytes,
-        ws_per_message_deflate=settings.ws_deflate,
-        ws_ping_interval=settings.ws_ping_interval_s or None,
-        ws_ping_timeout=settings.ws_ping_interval_s or None,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=10,
-    )
+    uvicorn.Server(server_config(settings)).run()

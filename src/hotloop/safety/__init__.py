@@ -1,6 +1,7 @@
 """Safety classifiers over a turn's new items: secrets anywhere, prompt injection in tool outputs."""
 
 from hotloop.safety.base import Action, Classifier, Finding, Verdict, redact, worst
+from hotloop.safety.cache import ScanCache
 from hotloop.safety.injection import InjectionClassifier, InjectionState
 from hotloop.safety.secrets import SecretsClassifier, SecretsState, find_secrets, shannon_entropy
 from hotloop.safety.stage import CLASSIFIERS, SafetyResult, SafetyStage, SafetyStates
@@ -15,6 +16,7 @@ __all__ = [
     "SafetyResult",
     "SafetyStage",
     "SafetyStates",
+    "ScanCache",
     "SecretsClassifier",
     "SecretsState",
     "Verdict",

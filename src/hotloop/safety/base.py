@@ -13,6 +13,7 @@ Verdict = Literal["allow", "flag", "block"]
 Action = Literal["off", "flag", "block"]
 
 S = TypeVar("S")
+R = TypeVar("R")
 
 
 class Finding(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,18 +30,46 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
     score: float = 1.0
 
 
-class Classifier(Protocol[S]):
+class Classifier(Protocol[S, R]):
     """A classifier over the new items of a turn, threading an immutable state along the chain.
 
-    `scan` never mutates `state` (a parent's state is shared by every turn forked from it): it returns the state
-    after `items`, which may be the same object when nothing changed.
+    Its work is split in two so that the expensive part can be cached by content (safety/cache.py):
+
+    - `texts(item)`: what it reads of an item (None: it does not look at this item at all);
+    - `analyze(texts)`: the expensive part, a pure function of those texts only (its result `R` is immutable and
+      never holds a secret); `result_size` estimates the bytes it holds, for the cache's bound; `version` is part
+      of the cache key, bump it when what `analyze` returns changes;
+    - `fold(state, results)`: the cheap, stateful part over `(index, result)` of the items read, in order.
+
+    `scan(state, items)` is `fold(state, [(i, analyze(texts(item))) …])`. Neither mutates `state` (a parent's
+    state is shared by every turn forked from it): they return the state after `items`, which may be the same
+    object when nothing changed.
     """
 
     name: str
+    version: int
 
     def initial_state(self) -> S: ...
 
+    def texts(self, item: ContextItem) -> tuple[str, ...] | None: ...
+
+    def analyze(self, texts: tuple[str, ...]) -> R: ...
+
+    def result_size(self, result: R) -> int: ...
+
+    def fold(self, state: S, results: Sequence[tuple[int, R]]) -> tuple[S, list[Finding]]: ...
+
     def scan(self, state: S, items: Sequence[ContextItem]) -> tuple[S, list[Finding]]: ...
+
+
+def scan_uncached(classifier: Classifier[S, R], state: S, items: Sequence[ContextItem]) -> tuple[S, list[Finding]]:
+    """`classifier.scan` without a cache: analyze each item it reads, then fold."""
+    results: list[tuple[int, R]] = []
+    for index, item in enumerate(items):
+        texts = classifier.texts(item)
+        if texts is not None:
+            results.append((index, classifier.analyze(texts)))
+    return classifier.fold(state, results)
 
 
 def redact(secret: str) -> str:

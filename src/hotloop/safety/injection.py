@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from hotloop.safety.base import Finding, clip, redact
+from hotloop.safety.base import Finding, clip, redact, scan_uncached
 from hotloop.safety.secrets import find_secrets
 from hotloop.safety.text import is_tool_output, tool_output_texts
 from hotloop.wire.items import ContextItem
@@ -283,38 +283,72 @@ def score_text(text: str) -> tuple[float, list[_Hit]]:
     return sum(hit.weight for hit in hits), hits
 
 
+class Scored(msgspec.Struct, frozen=True):
+    """What the heuristic makes of one tool output with at least one hit: its score, the rules that matched (in
+    the order they were tried) and the strongest one (the first of the strongest), with its excerpt."""
+
+    score: float
+    rules: tuple[str, ...]
+    top: str
+    excerpt: str
+
+
+_SCORED_SIZE = 320  # bytes per cached result besides its strings: the struct, the tuple, str headers
+
+
 class InjectionClassifier:
     """Prompt injection in tool outputs only: a user or developer writing instructions is not an attack."""
 
     name = "injection"
+    version = 1  # of what `analyze` returns (part of the scan cache's key)
 
     def initial_state(self) -> InjectionState:
         return InjectionState()
 
-    def scan(self, state: InjectionState, items: Sequence[ContextItem]) -> tuple[InjectionState, list[Finding]]:
+    def texts(self, item: ContextItem) -> tuple[str, ...] | None:
+        if not is_tool_output(item):
+            return None
+        return ("\n".join(tool_output_texts(item)),)
+
+    def analyze(self, texts: tuple[str, ...]) -> Scored | None:
+        """One tool output's score (None: no rule matched)."""
+        score, hits = score_text("\n".join(texts))
+        if not hits:
+            return None
+        top = max(hits, key=lambda hit: hit.weight)
+        return Scored(score, tuple(hit.name for hit in hits), top.name, top.excerpt)
+
+    def result_size(self, result: Scored | None) -> int:
+        if result is None:
+            return 0
+        return _SCORED_SIZE + sum(8 + len(rule) for rule in result.rules) + len(result.top) + len(result.excerpt)
+
+    def fold(
+        self, state: InjectionState, results: Sequence[tuple[int, Scored | None]]
+    ) -> tuple[InjectionState, list[Finding]]:
+        """Each tool output decays the chain's pressure; a strong one is a finding, weak ones add up."""
         scanned, flagged, pressure = state.scanned, state.flagged, state.pressure
         findings: list[Finding] = []
-        for index, item in enumerate(items):
-            if not is_tool_output(item):
-                continue
+        for index, scored in results:
             scanned += 1
             pressure *= DECAY
-            score, hits = score_text("\n".join(tool_output_texts(item)))
-            if not hits:
+            if scored is None:
                 continue
-            top = max(hits, key=lambda hit: hit.weight)
-            if score >= THRESHOLD:
-                rule, reported = top.name, score
+            if scored.score >= THRESHOLD:
+                rule, reported = scored.top, scored.score
             else:
-                pressure += score
+                pressure += scored.score
                 if pressure < CHAIN_THRESHOLD:
                     continue
                 rule, reported = "accumulated", pressure
             flagged += 1
             pressure = 0.0
             findings.append(
-                Finding(classifier=self.name, rule=rule, index=index, excerpt=top.excerpt, score=round(reported, 3))
+                Finding(classifier=self.name, rule=rule, index=index, excerpt=scored.excerpt, score=round(reported, 3))
             )
         if scanned == state.scanned:
             return state, findings
         return InjectionState(scanned, flagged, pressure), findings
+
+    def scan(self, state: InjectionState, items: Sequence[ContextItem]) -> tuple[InjectionState, list[Finding]]:
+        return scan_uncached(self, state, items)

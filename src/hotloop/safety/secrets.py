@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import msgspec
 
-from hotloop.safety.base import Finding, redact
+from hotloop.safety.base import Finding, redact, scan_uncached
 from hotloop.safety.text import item_texts
 from hotloop.wire.items import ContextItem
 
@@ -295,27 +295,50 @@ def find_secrets(text: str) -> list[tuple[str, str]]:
     return [(name, value) for _, name, value in found]
 
 
+# What the detector finds in one item: (rule, fingerprint, redacted excerpt) per secret, in order of position.
+SecretHit = tuple[str, bytes, str]
+_HIT_SIZE = 240  # bytes per cached hit besides its strings: the tuple, the fingerprint, two str headers
+
+
 class SecretsClassifier:
     """Credentials in any text of the new items: messages, call arguments and inputs, tool outputs, reasoning."""
 
     name = "secrets"
+    version = 1  # of what `analyze` returns (part of the scan cache's key)
 
     def initial_state(self) -> SecretsState:
         return SecretsState()
 
-    def scan(self, state: SecretsState, items: Sequence[ContextItem]) -> tuple[SecretsState, list[Finding]]:
+    def texts(self, item: ContextItem) -> tuple[str, ...] | None:
+        texts = tuple(item_texts(item))
+        return texts or None
+
+    def analyze(self, texts: tuple[str, ...]) -> tuple[SecretHit, ...]:
+        """The secrets in one item's texts, fingerprinted and redacted (the secret itself is not kept)."""
+        return tuple(
+            (rule, fingerprint(secret), redact(secret)) for text in texts for rule, secret in find_secrets(text)
+        )
+
+    def result_size(self, result: tuple[SecretHit, ...]) -> int:
+        return sum(_HIT_SIZE + len(rule) + len(excerpt) for rule, _, excerpt in result)
+
+    def fold(
+        self, state: SecretsState, results: Sequence[tuple[int, tuple[SecretHit, ...]]]
+    ) -> tuple[SecretsState, list[Finding]]:
+        """Report each secret at its first occurrence in the chain."""
         seen = state.seen
         added: set[bytes] = set()
         findings: list[Finding] = []
-        for index, item in enumerate(items):
-            for text in item_texts(item):
-                for rule, secret in find_secrets(text):
-                    key = fingerprint(secret)
-                    if key in seen or key in added:
-                        continue
-                    if len(seen) + len(added) < MAX_REMEMBERED:
-                        added.add(key)
-                    findings.append(Finding(classifier=self.name, rule=rule, index=index, excerpt=redact(secret)))
+        for index, hits in results:
+            for rule, key, excerpt in hits:
+                if key in seen or key in added:
+                    continue
+                if len(seen) + len(added) < MAX_REMEMBERED:
+                    added.add(key)
+                findings.append(Finding(classifier=self.name, rule=rule, index=index, excerpt=excerpt))
         if not added:
             return state, findings
         return SecretsState(seen | added), findings
+
+    def scan(self, state: SecretsState, items: Sequence[ContextItem]) -> tuple[SecretsState, list[Finding]]:
+        return scan_uncached(self, state, items)
