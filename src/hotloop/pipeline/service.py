@@ -56,6 +56,7 @@ class Service:
             "chain": (self.chains.hits, self.chains.misses),
             "render_state": (stats.chain_hits, stats.full_renders),
             "tokens": (stats.cache_hits, stats.cache_misses),
+            "safety": (self.safety.cache_hits, self.safety.cache_misses),
         }
 
     def _gauge_readings(self) -> dict[str, float]:
@@ -64,6 +65,8 @@ class Service:
             "token_cache_bytes": self.renderer.cache.bytes,
             "chain_cache_entries": len(self.chains),
             "render_fallbacks": self.renderer.stats.fallbacks,
+            "safety_cache_bytes": self.safety.cache_bytes,
+            "safety_bytes_scanned": self.safety.bytes_scanned,
             "websocket_sessions": len(self.sessions),
         }
 
