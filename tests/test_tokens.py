@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from conftest import RunningServer
 from hotloop.backends.gguf import smollm2_chat_format
+from hotloop.pipeline import turn as turn_module
 from hotloop.pipeline.render import ChatFormat, chat_messages, item_messages, system_message
 from hotloop.pipeline.tokens import PromptRenderer, TokenCache, probe_incremental
 from hotloop.wire.items import ContextItem
@@ -71,18 +72,33 @@ def test_token_cache_serves_resent_history_and_is_bounded(chat: ChatFormat) -> N
 
 
 class WorkCounter:
-    """Counts the characters the server's tokenizer encodes (the cost that grew with history before)."""
+    """Counts per-turn work that grew with the history before the pipeline was incremental: characters the
+    tokenizer encodes, items validated against the chain, and text bytes the safety classifiers scan."""
 
     def __init__(self, server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
-        tokenizer = server.service.models.resolve("hotloop-sim").chat.tokenizer
-        original = tokenizer.encode
+        service = server.service
+        tokenizer = service.models.resolve("hotloop-sim").chat.tokenizer
+        encode, validate = tokenizer.encode, turn_module.check_new_items
         self.chars = 0
+        self.items_validated = 0
+        self._safety = service.safety
+        self._scanned_before = service.safety.bytes_scanned
 
-        def counting(text: str) -> list[int]:
+        def counting_encode(text: str) -> list[int]:
             self.chars += len(text)
-            return original(text)
+            return encode(text)
 
-        monkeypatch.setattr(tokenizer, "encode", counting)
+        def counting_validate(items: Any, *args: Any) -> Any:
+            self.items_validated += len(items)
+            return validate(items, *args)
+
+        monkeypatch.setattr(tokenizer, "encode", counting_encode)
+        monkeypatch.setattr(turn_module, "check_new_items", counting_validate)
+
+    @property
+    def bytes_scanned(self) -> int:
+        scanned: int = self._safety.bytes_scanned - self._scanned_before
+        return scanned
 
 
 BIG = "src/hotloop/pipeline/module_{i}.py: def function_{i}(argument): return argument * {i}\n" * 40  # ~3.5 KB
@@ -119,6 +135,8 @@ def test_websocket_continuation_encodes_only_new_input(server: RunningServer, mo
     assert last["usage"]["input_tokens"] > response["usage"]["input_tokens"]
     # The new work is the parent's output (one call) and the new output: a few hundred characters, not ~45 KB.
     assert counter.chars < 1_500, counter.chars
+    assert counter.items_validated == 1  # the one new function_call_output
+    assert counter.bytes_scanned < 100, counter.bytes_scanned  # "ok", not the ~45 KB of earlier tool outputs
 
 
 def test_http_chain_continuation_encodes_only_new_input(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
