@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hotloop.backends.bpe import BPETokenizer, load_bpe
+from hotloop.backends.bpe import PARALLEL_CHARS, PARALLEL_PARTS, BPETokenizer, load_bpe, split_at_lines
 from hotloop.backends.gguf import GGUFTokenizer, load_llama, smollm2_chat_format, smollm2_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,4 +59,19 @@ def test_rare_scripts_go_to_llama_cpp(pair: tuple[BPETokenizer, GGUFTokenizer]) 
 def test_same_ids_as_llama_cpp_on_random_text(pair: Any, parts: list[str]) -> None:
     fast, reference = pair
     text = "".join(parts)
+    assert fast.encode(text) == reference.encode(text)
+
+
+LINES = st.lists(st.text(ALPHABET, max_size=30) | PIECES | st.sampled_from(["", " ", "\t\t", "x = 1", "  def f():"]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(LINES.map("\n".join), min_size=1, max_size=4).map("\n".join))
+def test_long_texts_tokenized_in_parallel_parts_match(pair: Any, text: str) -> None:
+    """Texts over PARALLEL_CHARS are cut at newlines between two non-space characters and encoded as a batch."""
+    fast, reference = pair
+    text = (text + "\n") * (1 + PARALLEL_CHARS // max(1, len(text) + 1))
+    assert len(text) >= PARALLEL_CHARS
+    parts = split_at_lines(text, PARALLEL_PARTS)
+    assert "".join(parts) == text
     assert fast.encode(text) == reference.encode(text)

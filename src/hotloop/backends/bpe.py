@@ -10,6 +10,7 @@ merges out of the GGUF takes seconds, loading the JSON a fraction of one.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from pathlib import Path
@@ -85,6 +86,30 @@ def load_bpe(gguf: Path) -> Any | None:
 _RARE = re.compile("[\U00010000-\U0001efff\U0001fb00-\U0010ffff]")
 
 
+# Long texts (a big tool output) are cut into this many parts, tokenized in parallel on the Rust side.
+PARALLEL_CHARS = 2048
+PARALLEL_PARTS = 4
+
+
+def split_at_lines(text: str, parts: int) -> list[str]:
+    """Cut `text` after newlines that sit between two non-space characters, near equal sizes.
+
+    The pre-tokenizer always splits on both sides of such a newline (GPT-2's `\\s+` alternatives take it alone,
+    digits and control tokens never span it), so tokenizing the parts gives exactly the ids of the whole.
+    """
+    cuts: list[int] = []
+    step = len(text) // parts
+    for target in range(step, len(text) - step // 2, step):
+        at = text.find("\n", max(target, cuts[-1] if cuts else 0))
+        while 0 < at < len(text) - 1 and (text[at - 1].isspace() or text[at + 1].isspace()):
+            at = text.find("\n", at + 1)
+        if at <= 0 or at >= len(text) - 1:
+            break
+        cuts.append(at + 1)
+    bounds = [0, *cuts, len(text)]
+    return [text[start:end] for start, end in itertools.pairwise(bounds) if end > start]
+
+
 class BPETokenizer:
     """The `Tokenizer` interface over a `tokenizers.Tokenizer` (special tokens recognised, no BOS added), with the
     llama.cpp tokenizer for the rare text where the two could differ."""
@@ -96,8 +121,11 @@ class BPETokenizer:
     def encode(self, text: str) -> list[int]:
         if not text.isascii() and _RARE.search(text):
             return self._reference.encode(text)
-        ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids
-        return ids
+        if len(text) < PARALLEL_CHARS:
+            ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids
+            return ids
+        encodings = self._tokenizer.encode_batch(split_at_lines(text, PARALLEL_PARTS), add_special_tokens=False)
+        return [token for encoding in encodings for token in encoding.ids]
 
     def decode(self, tokens: list[int]) -> str:
         text: str = self._tokenizer.decode(tokens, skip_special_tokens=False)
