@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
@@ -126,3 +127,17 @@ def sdk_json(obj: Any) -> dict[str, Any]:
     `phase: null`, which the OR schema rejects) out of what is validated."""
     data: dict[str, Any] = obj.model_dump(mode="json", exclude_unset=True, by_alias=True)
     return data
+
+
+def usage_record(http: httpx.Client, response_id: str, timeout: float = 10.0) -> dict[str, Any]:
+    """The response's usage record, once the ledger has written it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reply = http.get("/usage", params={"limit": 1000})
+        assert reply.status_code == 200, reply.text
+        for record in reply.json()["data"]:
+            if record["response_id"] == response_id:
+                found: dict[str, Any] = record
+                return found
+        assert time.monotonic() < deadline, f"no usage record for {response_id}"
+        time.sleep(0.02)

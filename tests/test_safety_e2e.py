@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from conftest import RunningServer, start_server, stored_counts
 from hotloop.config import Settings
 from hotloop.transports.app import build_service
 from http_support import check_sequence as check_http_sequence
-from http_support import error_of, parse_sse
+from http_support import error_of, parse_sse, usage_record
 from metrics_support import scrape
 from schema import check_response
 from wsutil import WS, final, user
@@ -78,20 +77,6 @@ def post(http: httpx.Client, **body: Any) -> dict[str, Any]:
     response: dict[str, Any] = reply.json()
     check_response(response)
     return response
-
-
-def usage_record(http: httpx.Client, response_id: str, timeout: float = 10.0) -> dict[str, Any]:
-    """The response's usage record, once the ledger has written it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        reply = http.get("/usage", params={"limit": 1000})
-        assert reply.status_code == 200, reply.text
-        for record in reply.json()["data"]:
-            if record["response_id"] == response_id:
-                found: dict[str, Any] = record
-                return found
-        assert time.monotonic() < deadline, f"no usage record for {response_id}"
-        time.sleep(0.02)
 
 
 def stored(http: httpx.Client, response_id: str) -> dict[str, Any]:

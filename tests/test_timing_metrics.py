@@ -4,7 +4,6 @@ sequence; absent without the header; a JSON POST has no event stream, so its usa
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +13,7 @@ from websockets.sync.client import connect
 
 from conftest import RunningServer, start_server
 from http_support import check_sequence as check_http_sequence
-from http_support import parse_sse
+from http_support import parse_sse, usage_record
 from wsutil import WS, final, user
 from wsutil import check_sequence as check_ws_sequence
 
@@ -135,20 +134,6 @@ def test_sse_failure_timing_event_precedes_error_pair(http: httpx.Client) -> Non
 
 
 # -- JSON -----------------------------------------------------------------------------------------------------------
-
-
-def usage_record(http: httpx.Client, response_id: str, timeout: float = 10.0) -> dict[str, Any]:
-    """The response's usage record, once the ledger has written it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        reply = http.get("/usage", params={"limit": 1000})
-        assert reply.status_code == 200, reply.text
-        for record in reply.json()["data"]:
-            if record["response_id"] == response_id:
-                found: dict[str, Any] = record
-                return found
-        assert time.monotonic() < deadline, f"no usage record for {response_id}"
-        time.sleep(0.02)
 
 
 def test_json_with_header_timings_in_usage_record(http: httpx.Client) -> None:
