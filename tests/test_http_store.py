@@ -75,13 +75,6 @@ def test_get_unknown(server: RunningServer) -> None:
         error_of(http.post("/responses/resp_nope/cancel"), 404, "response_not_found", "response_id")
 
 
-def test_get_stream_replay_unsupported(server: RunningServer) -> None:
-    response = create(server, input="x")
-    with server.http() as http:
-        reply = http.get(f"/responses/{response['id']}", params={"stream": "true"})
-    error_of(reply, 400, "unsupported_parameter", "stream")
-
-
 def test_input_items_pagination(server: RunningServer) -> None:
     texts = [f"message {index}" for index in range(5)]
     response = create(server, input=[{"role": "user", "content": text} for text in texts])

@@ -53,6 +53,26 @@ async def get_response(service: Service, session: Session, response_id: str) -> 
     return response
 
 
+async def finished_response(service: Service, session: Session, response_id: str) -> Response:
+    """The response once it is terminal: a background one still generating is waited for (not cancelled).
+
+    For `GET …?stream=true`: the replay starts when generation has ended, so the client gets the whole
+    sequence, terminal included, a little later than live. A non-terminal response with no running task (a
+    server restart cut it off) cannot be replayed: 400.
+    """
+    response = await get_response(service, session, response_id)
+    task = service.background.get(response_id)
+    if response.status not in TERMINAL_STATUSES and task is not None:
+        await asyncio.wait({task})  # a client that goes away stops waiting, never the task
+        response = await get_response(service, session, response_id)
+    if response.status not in TERMINAL_STATUSES:
+        raise InvalidParam(
+            f"Response '{response_id}' is {response.status} and no longer generating; it cannot be streamed.",
+            param="stream",
+        )
+    return response
+
+
 async def delete_response(service: Service, session: Session, response_id: str) -> DeletedResponse:
     task = service.background.get(response_id)
     if task is not None:

@@ -30,6 +30,7 @@ from hotloop.pipeline.turn import Turn, TurnOptions, start_turn
 from hotloop.transports.auth import authenticate
 from hotloop.transports.sse import sse_response
 from hotloop.wire.events import Event
+from hotloop.wire.replay import replay_events
 from hotloop.wire.request import decode_create
 from hotloop.wire.response import encode
 
@@ -185,11 +186,30 @@ async def _background(service: Service, session: Session, turn: Turn, *, stream:
 
 
 async def get_response(request: Request) -> Response:
+    """GET /v1/responses/{id}: the stored response; `stream=true` replays its events as SSE (protocol.md §1.8).
+
+    `starting_after=N` sends only the events with `sequence_number > N`; `include_obfuscation` is accepted and
+    ignored. A background response still generating is waited for, then replayed whole (`queries.finished_response`).
+    """
     service, session = http_session(request)
-    if request.query_params.get("stream") in ("true", "1"):
-        raise UnsupportedParam("Replaying a stored response as a stream is not supported.", param="stream")
-    response = await queries.get_response(service, session, request.path_params["response_id"])
-    return raw_json(encode(response))
+    query = request.query_params
+    response_id = request.path_params["response_id"]
+    if query.get("stream") not in ("true", "1"):
+        return raw_json(encode(await queries.get_response(service, session, response_id)))
+    raw_after = query.get("starting_after")
+    after = -1
+    if raw_after is not None:
+        if not (raw_after.isascii() and raw_after.isdigit()):
+            raise InvalidParam("starting_after must be a non-negative integer.", param="starting_after")
+        after = int(raw_after)
+    response = await queries.finished_response(service, session, response_id)
+    events = replay_events(response, starting_after=after)
+
+    async def replay() -> AsyncGenerator[Event, None]:
+        for event in events:
+            yield event
+
+    return sse_response(replay(), done=service.settings.sse_done)
 
 
 async def delete_response(request: Request) -> Response:

@@ -77,6 +77,7 @@ _create_decoder = msgspec.json.Decoder(CreateRequest)
 _event_decoder = msgspec.json.Decoder(ClientEvent)
 _append_decoder = msgspec.json.Decoder(AppendEvent)
 _steer_decoder = msgspec.json.Decoder(SteerEvent)
+_TOO_DEEP = "We could not parse the JSON body of your request: it is nested too deeply."
 _PATH = re.compile(r" - at `\$((?:\.[A-Za-z0-9_]+|\[\d+\])*)`$")
 
 
@@ -110,6 +111,8 @@ def _decode(decoder: msgspec.json.Decoder[Any], data: bytes | str) -> Any:
         raise _validation_error(exc) from None
     except msgspec.DecodeError as exc:
         raise InvalidJSON(f"We could not parse the JSON body of your request: {exc}.") from None
+    except RecursionError:  # msgspec's own guard against deep nesting
+        raise InvalidJSON(_TOO_DEEP) from None
 
 
 def decode_create(data: bytes | str) -> CreateRequest:
@@ -128,6 +131,8 @@ def decode_event_type(data: bytes | str) -> str:
         ) from None
     except msgspec.DecodeError:
         raise InvalidJSON("The frame is not valid JSON.") from None
+    except RecursionError:
+        raise InvalidJSON(_TOO_DEEP) from None
     return event.type
 
 

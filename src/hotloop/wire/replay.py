@@ -1,0 +1,111 @@
+"""Rebuild the event sequence of a finished response from its stored final object (protocol.md §1.8, §2; no I/O).
+
+A stored response keeps its final `Response`, not its original events, so `GET /v1/responses/{id}?stream=true`
+replays it by feeding the stored output items through a `ResponseBuilder`: the same encoder, the same sequence
+counter and the same item lifecycle as the live stream, so the replay is what a live stream of that output is.
+
+- `response.created` shows `status: "in_progress"`, `output: []`, `usage: null` (`queued` for a background response,
+  followed by `response.queued`, as its live stream had), then `response.in_progress`.
+- Each output item: `output_item.added` (status `in_progress`, empty content), for a message its
+  `content_part.added`, ONE `output_text.delta` carrying the whole text (the live stream had one delta per
+  backend chunk; concatenated they are equal), `output_text.done`, `content_part.done`; for a function or custom
+  tool call ONE arguments/input delta and its `.done`; then `output_item.done` with the stored item (its stored
+  status, so the last item of an incomplete response ends `incomplete`). Empty text or arguments get no delta.
+  An item of another shape (never produced by hotloop's builder) is replayed as `output_item.added` and `.done`.
+- A failed response with an error gets the in-band `error` event the live SSE stream sent before
+  `response.failed` (§2.9). The opt-in `hotloop:timing_metrics` event is not stored and not replayed.
+- The terminal event is `TERMINAL_EVENTS[status]` (a cancelled response ends `response.failed`, as live) and its
+  `response` is the stored object itself, so it equals GET. Item ids and call ids are the stored ones.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from hotloop.wire import events as ev
+from hotloop.wire.builder import ResponseBuilder
+from hotloop.wire.events import Event
+from hotloop.wire.items import CustomToolCall, FunctionCall, Message, OutputItem, OutputText
+from hotloop.wire.response import TERMINAL_STATUSES, Response
+
+
+class _ReplayBuilder(ResponseBuilder):
+    """A builder that opens items with their stored ids instead of new ones."""
+
+    def replay_item(self, item: OutputItem) -> list[Event]:
+        status = getattr(item, "status", None) or "completed"
+        if isinstance(item, Message) and len(item.content) == 1 and isinstance(item.content[0], OutputText):
+            opened: OutputItem = msgspec.structs.replace(item, content=[], status="in_progress")
+            self._open = opened
+            self._text = []
+            out = [
+                self._emit(ev.OutputItemAdded, output_index=self._index, item=opened),
+                self._emit(
+                    ev.ContentPartAdded,
+                    item_id=item.id,
+                    output_index=self._index,
+                    content_index=0,
+                    part=OutputText(text=""),
+                ),
+            ]
+            text = item.content[0].text
+            if text:
+                out.extend(self.text_delta(text))
+            return out + self._close_item(status)
+        if isinstance(item, FunctionCall | CustomToolCall) and item.id is not None:
+            if isinstance(item, FunctionCall):
+                text = item.arguments
+                opened = msgspec.structs.replace(item, arguments="", status="in_progress")
+            else:
+                text = item.input
+                opened = msgspec.structs.replace(item, input="", status="in_progress")
+            self._open = opened
+            self._text = []
+            out = [self._emit(ev.OutputItemAdded, output_index=self._index, item=opened)]
+            if text:
+                out.extend(self.tool_call_delta(text))
+            return out + self._close_item(status)
+        out = [
+            self._emit(ev.OutputItemAdded, output_index=self._index, item=item),
+            self._emit(ev.OutputItemDone, output_index=self._index, item=item),
+        ]
+        self.response.output.append(item)
+        return out
+
+
+def inband_error(response: Response) -> ev.ErrorBody | None:
+    """The `error` event a live SSE stream sent before `response.failed` (mirrors `Turn._finish`)."""
+    error = response.error
+    if response.status != "failed" or error is None:
+        return None
+    kind = "invalid_request_error" if error.code == "content_filter" else "server_error"
+    return ev.ErrorBody(type=kind, code=error.code, message=error.message, param=None)
+
+
+def replay_events(response: Response, *, starting_after: int = -1, stream_id: str | None = None) -> list[Event]:
+    """The events of a finished (terminal) response with `sequence_number > starting_after`, terminal last.
+
+    Sequence numbers count from 0 without gaps, so an event's number is its position in the full sequence.
+    """
+    if response.status not in TERMINAL_STATUSES:
+        raise ValueError(f"cannot replay a response that is still {response.status}")
+    start = msgspec.structs.replace(
+        response,
+        status="queued" if response.background else "in_progress",
+        output=[],
+        usage=None,
+        error=None,
+        incomplete_details=None,
+        completed_at=None,
+    )
+    builder = _ReplayBuilder(start, stream_id)
+    out = [builder.created()]
+    if response.background:
+        out.append(builder.queued())
+        start.status = "in_progress"
+    out.append(builder.in_progress())
+    for item in response.output:
+        out.extend(builder.replay_item(item))
+    builder.response = response
+    out.extend(builder.terminal(inband_error(response)))
+    return out[max(starting_after + 1, 0) :]
