@@ -278,6 +278,10 @@ def example_for_schema(
         return rng.randint(int(floor), int(ceiling))
     if kind == "number":
         low, high = _bounds(schema, integer=False)
+        # A whole number when the range holds one: still a valid JSON-schema "number", and what clients that
+        # declare "number" but parse an integer (Codex's `max_output_tokens`, `yield_time_ms`) accept.
+        if math.ceil(low) <= math.floor(high):
+            return rng.randint(math.ceil(low), math.floor(high))
         value = round(rng.uniform(low, high), 2)
         return value if low <= value <= high else low
     if kind == "boolean":
