@@ -96,6 +96,12 @@ def _check_text(text: dict[str, object] | None) -> None:
             raise InvalidParam("text.format.name is required for json_schema.", param="text.format.name")
         if not isinstance(fmt.get("schema"), dict):
             raise InvalidParam("text.format.schema must be a JSON schema object.", param="text.format.schema")
+        if not isinstance(fmt.get("description"), str | None):
+            raise InvalidParam(
+                "text.format.description must be a string.", param="text.format.description", code="invalid_type"
+            )
+        if not isinstance(fmt.get("strict"), bool | None):
+            raise InvalidParam("text.format.strict must be a boolean.", param="text.format.strict", code="invalid_type")
     verbosity = text.get("verbosity")
     if verbosity not in (None, "low", "medium", "high"):
         raise InvalidParam("text.verbosity must be 'low', 'medium' or 'high'.", param="text.verbosity")
@@ -105,10 +111,10 @@ def _check_reasoning(reasoning: dict[str, object] | None) -> None:
     if reasoning is None:
         return
     effort = reasoning.get("effort")
-    if effort is not None and effort not in REASONING_EFFORTS:
+    if effort is not None and (not isinstance(effort, str) or effort not in REASONING_EFFORTS):
         raise InvalidParam(f"Unsupported reasoning.effort '{effort}'.", param="reasoning.effort")
     summary = reasoning.get("summary")
-    if summary not in (None, "auto", "concise", "detailed"):
+    if summary is not None and (not isinstance(summary, str) or summary not in ("auto", "concise", "detailed")):
         raise InvalidParam(f"Unsupported reasoning.summary '{summary}'.", param="reasoning.summary")
 
 
