@@ -39,8 +39,8 @@ from hotloop.pipeline.tokens import Rendered
 from hotloop.pipeline.tools import ToolChoice, ToolSet, resolve_tool_choice, resolve_tools
 from hotloop.pipeline.validate import check_new_items, check_request
 from hotloop.safety import SafetyResult
-from hotloop.wire.builder import ResponseBuilder
-from hotloop.wire.events import ErrorBody, Event
+from hotloop.wire.builder import ResponseBuilder, error_body
+from hotloop.wire.events import Event
 from hotloop.wire.items import ContextItem
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import ErrorInfo, Response, Usage
@@ -192,10 +192,7 @@ class Turn:
         self._account()
         if self.options.include_timings:
             events.append(self.builder.timing_metrics(self.timings.milliseconds()))
-        inband = None
-        if error is not None and self.options.inband_errors:
-            kind = "invalid_request_error" if error.code == "content_filter" else "server_error"
-            inband = ErrorBody(type=kind, code=error.code, message=error.message, param=None)
+        inband = error_body(error) if error is not None and self.options.inband_errors else None
         return events + self.builder.terminal(inband)
 
     def _account(self) -> None:

@@ -18,6 +18,12 @@ from hotloop.wire.items import CustomToolCall, FunctionCall, Message, OutputItem
 from hotloop.wire.response import ErrorInfo, IncompleteDetails, Response, Usage
 
 
+def error_body(error: ErrorInfo) -> ev.ErrorBody:
+    """The in-band SSE `error` event's body for a failure (protocol.md §2.9): a safety block is the client's input."""
+    kind = "invalid_request_error" if error.code == "content_filter" else "server_error"
+    return ev.ErrorBody(type=kind, code=error.code, message=error.message, param=None)
+
+
 class ResponseBuilder:
     def __init__(self, response: Response, stream_id: str | None = None) -> None:
         self.response = response
@@ -69,14 +75,20 @@ class ResponseBuilder:
         return out
 
     def _open_message(self) -> list[Event]:
-        item = Message(role="assistant", content=[], id=new_id("msg"), status="in_progress")
+        return self.open_item(Message(role="assistant", content=[], id=new_id("msg"), status="in_progress"))
+
+    def open_item(self, item: OutputItem) -> list[Event]:
+        """Start an output item (status `in_progress`, empty text): `output_item.added`, and for a message its
+        `content_part.added`. Deltas then fill it; the next item, or `close()`, ends it."""
         self._open = item
         self._text = []
-        empty = OutputText(text="")
-        return [
-            self._emit(ev.OutputItemAdded, output_index=self._index, item=item),
-            self._emit(ev.ContentPartAdded, item_id=item.id, output_index=self._index, content_index=0, part=empty),
-        ]
+        out = [self._emit(ev.OutputItemAdded, output_index=self._index, item=item)]
+        if isinstance(item, Message):
+            empty = OutputText(text="")
+            out.append(
+                self._emit(ev.ContentPartAdded, item_id=item.id, output_index=self._index, content_index=0, part=empty)
+            )
+        return out
 
     # -- tool calls ----------------------------------------------------------------------------------------------
 
@@ -101,10 +113,7 @@ class ResponseBuilder:
                 status="in_progress",
                 namespace=namespace,
             )
-        self._open = item
-        self._text = []
-        out.append(self._emit(ev.OutputItemAdded, output_index=self._index, item=item))
-        return out
+        return out + self.open_item(item)
 
     def tool_call_delta(self, text: str) -> list[Event]:
         item = self._open
@@ -194,6 +203,17 @@ class ResponseBuilder:
     def timing_metrics(self, timings: dict[str, float]) -> Event:
         """The opt-in `hotloop:timing_metrics` extension event (stage timings in ms), before the terminal one."""
         return self._emit(ev.TimingMetrics, response_id=self.response.id, timings=timings)
+
+    def emit_done(self, item: OutputItem) -> Event:
+        """`output_item.done` for an item kept exactly as given (a replayed shape this builder never fills)."""
+        self._open = None
+        event = self._emit(ev.OutputItemDone, output_index=self._index, item=item)
+        self.response.output.append(item)
+        return event
+
+    def close_open(self, status: str) -> list[Event]:
+        """End the open item with `status` (`completed` or `incomplete`)."""
+        return self._close_item(status)
 
     def terminal(self, inband_error: ev.ErrorBody | None = None) -> list[Event]:
         """The one terminal event (§2.3); on SSE an in-band `error` event precedes a failure (§2.9)."""

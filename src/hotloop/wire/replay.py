@@ -23,63 +23,42 @@ from __future__ import annotations
 import msgspec
 
 from hotloop.wire import events as ev
-from hotloop.wire.builder import ResponseBuilder
+from hotloop.wire.builder import ResponseBuilder, error_body
 from hotloop.wire.events import Event
 from hotloop.wire.items import CustomToolCall, FunctionCall, Message, OutputItem, OutputText
 from hotloop.wire.response import TERMINAL_STATUSES, Response
 
 
-class _ReplayBuilder(ResponseBuilder):
-    """A builder that opens items with their stored ids instead of new ones."""
-
-    def replay_item(self, item: OutputItem) -> list[Event]:
-        status = getattr(item, "status", None) or "completed"
-        if isinstance(item, Message) and len(item.content) == 1 and isinstance(item.content[0], OutputText):
-            opened: OutputItem = msgspec.structs.replace(item, content=[], status="in_progress")
-            self._open = opened
-            self._text = []
-            out = [
-                self._emit(ev.OutputItemAdded, output_index=self._index, item=opened),
-                self._emit(
-                    ev.ContentPartAdded,
-                    item_id=item.id,
-                    output_index=self._index,
-                    content_index=0,
-                    part=OutputText(text=""),
-                ),
-            ]
-            text = item.content[0].text
-            if text:
-                out.extend(self.text_delta(text))
-            return out + self._close_item(status)
-        if isinstance(item, FunctionCall | CustomToolCall) and item.id is not None:
-            if isinstance(item, FunctionCall):
-                text = item.arguments
-                opened = msgspec.structs.replace(item, arguments="", status="in_progress")
-            else:
-                text = item.input
-                opened = msgspec.structs.replace(item, input="", status="in_progress")
-            self._open = opened
-            self._text = []
-            out = [self._emit(ev.OutputItemAdded, output_index=self._index, item=opened)]
-            if text:
-                out.extend(self.tool_call_delta(text))
-            return out + self._close_item(status)
-        out = [
-            self._emit(ev.OutputItemAdded, output_index=self._index, item=item),
-            self._emit(ev.OutputItemDone, output_index=self._index, item=item),
-        ]
-        self.response.output.append(item)
-        return out
+def _replay_item(builder: ResponseBuilder, item: OutputItem) -> list[Event]:
+    """The events of one stored item, opened with its stored ids; one delta for all of its text."""
+    status = getattr(item, "status", None) or "completed"
+    if isinstance(item, Message) and len(item.content) == 1 and isinstance(item.content[0], OutputText):
+        out = builder.open_item(msgspec.structs.replace(item, content=[], status="in_progress"))
+        text = item.content[0].text
+        if text:
+            out += builder.text_delta(text)
+        return out + builder.close_open(status)
+    if isinstance(item, FunctionCall | CustomToolCall) and item.id is not None:
+        opened: OutputItem
+        if isinstance(item, FunctionCall):
+            text, opened = item.arguments, msgspec.structs.replace(item, arguments="", status="in_progress")
+        else:
+            text, opened = item.input, msgspec.structs.replace(item, input="", status="in_progress")
+        out = builder.open_item(opened)
+        if text:
+            out += builder.tool_call_delta(text)
+        return out + builder.close_open(status)
+    # An item of another shape (never produced by hotloop's builder): added and done as stored.
+    out = builder.open_item(item)
+    out.append(builder.emit_done(item))
+    return out
 
 
 def inband_error(response: Response) -> ev.ErrorBody | None:
-    """The `error` event a live SSE stream sent before `response.failed` (mirrors `Turn._finish`)."""
-    error = response.error
-    if response.status != "failed" or error is None:
+    """The `error` event a live SSE stream sent before `response.failed`."""
+    if response.status != "failed" or response.error is None:
         return None
-    kind = "invalid_request_error" if error.code == "content_filter" else "server_error"
-    return ev.ErrorBody(type=kind, code=error.code, message=error.message, param=None)
+    return error_body(response.error)
 
 
 def replay_events(response: Response, *, starting_after: int = -1, stream_id: str | None = None) -> list[Event]:
@@ -98,14 +77,14 @@ def replay_events(response: Response, *, starting_after: int = -1, stream_id: st
         incomplete_details=None,
         completed_at=None,
     )
-    builder = _ReplayBuilder(start, stream_id)
+    builder = ResponseBuilder(start, stream_id)
     out = [builder.created()]
     if response.background:
         out.append(builder.queued())
         start.status = "in_progress"
     out.append(builder.in_progress())
     for item in response.output:
-        out.extend(builder.replay_item(item))
+        out.extend(_replay_item(builder, item))
     builder.response = response
     out.extend(builder.terminal(inband_error(response)))
     return out[max(starting_after + 1, 0) :]
