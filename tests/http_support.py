@@ -141,3 +141,31 @@ def usage_record(http: httpx.Client, response_id: str, timeout: float = 10.0) ->
                 return found
         assert time.monotonic() < deadline, f"no usage record for {response_id}"
         time.sleep(0.02)
+
+
+FINISHED = frozenset({"completed", "incomplete", "failed", "cancelled"})
+
+
+def wait_status(
+    http: httpx.Client,
+    response_id: str,
+    statuses: set[str] | frozenset[str],
+    timeout: float = 20,
+    *,
+    missing_ok: bool = False,
+) -> dict[str, Any]:
+    """Poll GET until the response has one of `statuses`; schema-checked. `missing_ok`: a 404 means "not stored
+    yet" (a response in flight is stored when it ends) and polling goes on."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reply = http.get(f"/responses/{response_id}")
+        if not (missing_ok and reply.status_code == 404):
+            assert reply.status_code == 200, reply.text
+            body: dict[str, Any] = reply.json()
+            check_response(body)
+            if body["status"] in statuses:
+                return body
+        assert time.monotonic() < deadline, (
+            f"{response_id}: {reply.status_code} {reply.text[:200]}, expected {statuses}"
+        )
+        time.sleep(0.02)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from conftest import RunningServer, stored_counts
-from http_support import check_sequence, error_of, parse_sse, sdk_json
+from http_support import check_sequence, error_of, parse_sse, sdk_json, wait_status
 from schema import check_response
 
 SIM = "hotloop-sim"
@@ -21,19 +20,6 @@ def create(server: RunningServer, **body: Any) -> dict[str, Any]:
     response = sdk_json(server.client().responses.create(model=SIM, **body))
     check_response(response)
     return response
-
-
-def wait_status(http: httpx.Client, response_id: str, statuses: set[str], timeout: float = 20) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        reply = http.get(f"/responses/{response_id}")
-        assert reply.status_code == 200, reply.text
-        body: dict[str, Any] = reply.json()
-        check_response(body)
-        if body["status"] in statuses:
-            return body
-        assert time.monotonic() < deadline, f"{response_id} still {body['status']}, expected {statuses}"
-        time.sleep(0.02)
 
 
 def test_retrieve_delete(server: RunningServer) -> None:

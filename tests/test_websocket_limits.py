@@ -11,6 +11,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from conftest import RunningServer, start_server, stored_counts
+from http_support import FINISHED, wait_status
 from wsutil import SLOW, WS, final
 
 
@@ -112,15 +113,8 @@ def test_disconnect_cancels_generation(server: RunningServer) -> None:
     while deltas < 3:
         deltas += ws.recv()["type"] == "response.output_text.delta"
     ws.close()
-    deadline = time.monotonic() + 5
     with server.http() as http:
-        while True:
-            reply = http.get(f"/responses/{response_id}")
-            if reply.status_code == 200 and reply.json()["status"] != "in_progress":
-                break
-            assert time.monotonic() < deadline, reply.text
-            time.sleep(0.05)
-    stored = reply.json()
+        stored = wait_status(http, response_id, FINISHED, timeout=5, missing_ok=True)
     assert stored["status"] == "cancelled"
     assert stored["usage"] is None or stored["usage"]["output_tokens"] < 2000
 
@@ -143,15 +137,8 @@ def test_queue_overflow_cancels_the_running_response(limited: RunningServer) -> 
         for n in range(4):
             ws.create(input=f"q{n}", store=False)
         assert ws.closed_with() == 1008
-    deadline = time.monotonic() + 5
     with limited.http() as http:
-        while True:
-            reply = http.get(f"/responses/{response_id}")
-            if reply.status_code == 200 and reply.json()["status"] != "in_progress":
-                break
-            assert time.monotonic() < deadline, reply.text
-            time.sleep(0.05)
-    assert reply.json()["status"] == "cancelled"
+        assert wait_status(http, response_id, FINISHED, timeout=5, missing_ok=True)["status"] == "cancelled"
 
 
 def test_lanes_off_and_deflate(tmp_path: Path) -> None:
