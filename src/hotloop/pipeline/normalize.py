@@ -19,7 +19,6 @@ from hotloop.wire.items import (
     ItemReference,
     Message,
     OtherItem,
-    OutputText,
 )
 from hotloop.wire.request import param_of
 
@@ -41,9 +40,11 @@ def _message_content(raw: dict[str, Any], param: str) -> dict[str, Any]:
     if isinstance(content, str):
         return {**raw, "content": [{"type": text_type, "text": content}]}
     if isinstance(content, list):
-        # `text` is the Open Responses name for plain text parts; read it as the role's text type.
+        # `text` is the Open Responses name for plain text parts, and some clients replay assistant text as
+        # `input_text`: both are read as the role's text type.
+        renamed = ("text", "input_text") if role == "assistant" else ("text",)
         parts = [
-            {**part, "type": text_type} if isinstance(part, dict) and part.get("type") == "text" else part
+            {**part, "type": text_type} if isinstance(part, dict) and part.get("type") in renamed else part
             for part in content
         ]
         return {**raw, "content": parts}
@@ -80,16 +81,7 @@ def normalize_item(raw: Any, param: str) -> ContextItem | ItemReference:
         raise InvalidParam(f"Invalid value for '{where}': {message}.", param=where, code=code) from None
     if isinstance(item, ItemReference):
         return item  # expanded by the resolve stage, which can reach the store
-    if isinstance(item, Message) and item.role == "assistant":
-        _check_assistant_parts(item, param)
     return _with_id(item, kind)
-
-
-def _check_assistant_parts(item: Message, param: str) -> None:
-    for index, part in enumerate(item.content):
-        if isinstance(part, InputText):
-            # Some clients replay assistant text as input_text; render it as what it is.
-            item.content[index] = OutputText(text=part.text)
 
 
 def _with_id(item: Any, kind: str) -> Any:

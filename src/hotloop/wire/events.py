@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from hotloop.wire.items import Message, OutputItem, OutputText, Refusal
+from hotloop.wire.items import OutputItem, OutputText, Refusal
 from hotloop.wire.response import Response
 
 
@@ -172,7 +172,3 @@ def encode_event(event: _Event, terminal: bool = False) -> Event:
 
 def websocket_error(status: int, error: dict[str, Any], stream_id: str | None = None) -> bytes:
     return _encoder.encode(WebSocketError(status=status, error=error, stream_id=stream_id))
-
-
-def message_parts(item: Message) -> list[OutputText | Refusal]:
-    return [part for part in item.content if isinstance(part, OutputText | Refusal)]
