@@ -1,4 +1,5 @@
-"""Regenerate the settings table of docs/configuration.md from hotloop.config: `python scripts/gen_config_doc.py`."""
+"""Regenerate the settings table of docs/configuration.md and README.md from hotloop.config:
+`python scripts/gen_config_doc.py`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from pathlib import Path
 
 from hotloop.config import HELP, Settings
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = (ROOT / "docs" / "configuration.md", ROOT / "README.md")
 HEADER = "| setting | default | meaning |\n|---|---|---|\n"
 
 
@@ -23,10 +25,12 @@ def table() -> str:
 
 
 def main() -> None:
-    text = DOC.read_text()
-    start = text.index(HEADER)
-    end = text.index("\n## ", start)
-    DOC.write_text(text[:start] + table() + text[end:])
+    """Replace each document's table: from its header row to the next `## ` heading."""
+    for doc in DOCS:
+        text = doc.read_text()
+        start = text.index(HEADER)
+        end = text.index("\n## ", start)
+        doc.write_text(text[:start] + table() + text[end:])
 
 
 if __name__ == "__main__":

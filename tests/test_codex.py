@@ -1,14 +1,14 @@
-"""End to end: the real Codex CLI (`codex exec`, pinned in tests/codex/package.json) against hotloop-sim.
+"""End to end: the real Codex CLI (`codex exec`, pinned in tests/codex/package.json) runs hotloop-sim's commands.
 
 The test installs Codex into tests/codex/node_modules with npm when it is missing (the npm registry must be
-reachable the first time). Each run starts its own server with `sim_tool_calls=2`, so hotloop-sim calls two of
-Codex's tools before answering with text, and checks on the server side that Codex answered both calls with
-`function_call_output` items over the transport its config selects (WebSocket or HTTP/SSE).
-
-Codex 0.171.0 refuses the sim's arguments before running anything (its `number` fields are parsed as unsigned
-integers and the sim gives them two decimals; `request_user_input` is refused in Default mode), so the outputs are
-Codex's refusal messages, not shell output: the test checks the loop, not a command's result
-(docs/protocol-notes.md, "Codex CLI").
+reachable the first time). Each run starts its own server with `sim_tool_calls=2` and gives Codex the README's
+`config.toml` (its default tool set: function, `namespace` and `web_search` tools), once with
+`supports_websockets = true` and once false. hotloop-sim prefers Codex's shell tool (`exec_command`, a `cmd`
+property) and fills it with a real command, so Codex executes two commands before the sim answers with text. The
+test checks that they ran (Codex's `command_execution` events, the marker files in its working directory, their
+output in the `function_call_output` items Codex sends back), that every request came over the configured transport,
+and that Codex fetched and accepted hotloop's model catalog (`model_catalog_url`, no fallback-metadata warning).
+docs/protocol-notes.md, "Codex CLI", records what Codex sends.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import Any
 import httpx
 import pytest
 
-import hotloop.pipeline.turn as turn_module
+import hotloop.pipeline.prepare as turn_module
 from conftest import RunningServer, start_server
+from hotloop.observability.logs import RequestIds
 from hotloop.wire.request import CreateRequest
 from metrics_support import Scrape, metrics_url
 
@@ -34,13 +35,12 @@ CODEX_BIN = CODEX_DIR / "node_modules" / ".bin" / "codex"
 CODEX_TIMEOUT_S = 60
 NPM_TIMEOUT_S = 300
 API_KEY_ENV = "HOTLOOP_CODEX_TEST_KEY"
+COMMANDS = 2  # sim_tool_calls: shell commands before the answer
 
-# Codex offers many tools; hotloop-sim calls a random one. Turning the extra ones off leaves exec_command,
-# write_stdin and request_user_input (the last cannot be turned off in 0.171.0).
+# The README's example, with the test server's address and key variable.
 CONFIG = """\
 model_provider = "hotloop"
 model = "hotloop-sim"
-web_search = "disabled"
 
 [model_providers.hotloop]
 name = "hotloop"
@@ -48,11 +48,7 @@ base_url = "{base_url}"
 wire_api = "responses"
 env_key = "{env_key}"
 supports_websockets = {websockets}
-
-[features]
-goals = false
-multi_agent = false
-view_image = false
+model_catalog_url = "{base_url}/models"
 """
 
 
@@ -72,28 +68,37 @@ def codex_bin() -> Path:
     return CODEX_BIN
 
 
-Seen = list[tuple[bool, CreateRequest]]
+class Seen:
+    """What the in-process server received: create requests (with their transport) and every HTTP/WebSocket scope."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[bool, CreateRequest]] = []
+        self.scopes: list[tuple[str, str, str, str]] = []  # (type, method, path, query string)
 
 
 @pytest.fixture
-def seen_requests(monkeypatch: pytest.MonkeyPatch) -> Iterator[Seen]:
-    """Every create request the server validates, with whether it came over WebSocket (servers run in-process)."""
-    seen: Seen = []
-    original = turn_module.check_request
+def seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[Seen]:
+    record = Seen()
+    check_request = turn_module.check_request
+    middleware = RequestIds.__call__
 
-    def recording(request: CreateRequest, *, websocket: bool) -> None:
-        seen.append((websocket, request))
-        original(request, websocket=websocket)
+    def recording_check(request: CreateRequest, *, websocket: bool) -> None:
+        record.requests.append((websocket, request))
+        check_request(request, websocket=websocket)
 
-    monkeypatch.setattr(turn_module, "check_request", recording)
-    yield seen
+    async def recording_middleware(self: RequestIds, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            query = scope.get("query_string", b"").decode()
+            record.scopes.append((scope["type"], scope.get("method", ""), scope["path"], query))
+        await middleware(self, scope, receive, send)
+
+    monkeypatch.setattr(turn_module, "check_request", recording_check)
+    monkeypatch.setattr(RequestIds, "__call__", recording_middleware)
+    yield record
 
 
-def run_codex(codex: Path, server: RunningServer, tmp: Path, *, websockets: bool) -> subprocess.CompletedProcess[str]:
-    home = tmp / "codex_home"
-    work = tmp / "work"
-    home.mkdir()
-    work.mkdir()
+def run_codex(codex: Path, server: RunningServer, work: Path, home: Path, *, websockets: bool) -> str:
+    """`codex exec` in `work`, where commands run unattended in Codex's sandbox; returns its `--json` event stream."""
     config = CONFIG.format(base_url=server.base_url, env_key=API_KEY_ENV, websockets=str(websockets).lower())
     (home / "config.toml").write_text(config)
     env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "CODEX_"))}
@@ -104,24 +109,25 @@ def run_codex(codex: Path, server: RunningServer, tmp: Path, *, websockets: bool
         "--json",
         "--ephemeral",
         "--skip-git-repo-check",
-        "--dangerously-bypass-approvals-and-sandbox",
+        # Sandboxed, writes allowed in the working directory only; `codex exec` never asks for approval.
+        "--sandbox",
+        "workspace-write",
         "--color",
         "never",
         "-C",
         str(work),
         "List the files in this directory.",
     ]
-    return subprocess.run(
+    result = subprocess.run(
         command, env=env, cwd=work, capture_output=True, text=True, timeout=CODEX_TIMEOUT_S, stdin=subprocess.DEVNULL
     )
+    report = f"codex exit {result.returncode}\nstdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, report
+    return result.stdout
 
 
 def events_of(stdout: str) -> list[dict[str, Any]]:
-    events = []
-    for line in stdout.splitlines():
-        if line.startswith("{"):
-            events.append(json.loads(line))
-    return events
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
 def input_items(request: CreateRequest) -> list[dict[str, Any]]:
@@ -130,41 +136,91 @@ def input_items(request: CreateRequest) -> list[dict[str, Any]]:
 
 @pytest.mark.timeout(CODEX_TIMEOUT_S + NPM_TIMEOUT_S)
 @pytest.mark.parametrize("websockets", [True, False], ids=["websocket", "http"])
-def test_codex_exec_runs_the_sim_tool_loop(
-    codex_bin: Path, seen_requests: Seen, tmp_path: Path, websockets: bool
-) -> None:
-    server = start_server(tmp_path / "data", models=["hotloop-sim"], sim_tool_calls=2)
+def test_codex_exec_runs_the_sims_shell_commands(codex_bin: Path, seen: Seen, tmp_path: Path, websockets: bool) -> None:
+    work, home = tmp_path / "work", tmp_path / "codex_home"
+    work.mkdir()
+    home.mkdir()
+    server = start_server(tmp_path / "data", models=["hotloop-sim"], sim_tool_calls=COMMANDS)
     try:
-        result = run_codex(codex_bin, server, tmp_path, websockets=websockets)
+        stdout = run_codex(codex_bin, server, work, home, websockets=websockets)
         scrape = Scrape(httpx.get(metrics_url(server), timeout=10).text)
     finally:
         server.stop()
-    report = f"codex exit {result.returncode}\nstdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}"
-    assert result.returncode == 0, report
+    events = events_of(stdout)
+    completed = [event["item"] for event in events if event["type"] == "item.completed"]
+    markers = [f"hotloop-sim-{n}\n" for n in range(1, COMMANDS + 1)]
 
-    # Codex reached the end of its turn with a text answer (hotloop-sim answers text after two calls).
-    events = events_of(result.stdout)
-    messages = [e["item"] for e in events if e["type"] == "item.completed" and e["item"]["type"] == "agent_message"]
-    assert messages and messages[-1]["text"], report
-    assert events[-1]["type"] == "turn.completed", report
+    # Codex executed the sim's commands: its own events, and the files they wrote in its working directory.
+    executions = [item for item in completed if item["type"] == "command_execution"]
+    assert [item["exit_code"] for item in executions] == [0] * COMMANDS, stdout
+    # (A login shell may print its own warnings first, e.g. a version manager that cannot write under the sandbox.)
+    assert all(item["aggregated_output"].endswith(m) for item, m in zip(executions, markers, strict=True)), stdout
+    for n, marker in enumerate(markers, 1):
+        assert (work / f"hotloop_sim_{n}.txt").read_text() == marker
+    # …then got the sim's text answer and ended the turn; nothing went wrong on the way.
+    messages = [item for item in completed if item["type"] == "agent_message"]
+    assert messages and messages[-1]["text"], stdout
+    assert events[-1]["type"] == "turn.completed", stdout
+    assert not [item for item in completed if item["type"] == "error"], stdout  # no fallback-metadata warning
 
-    # Server side: every request came over the configured transport, and Codex answered the sim's calls.
-    assert seen_requests, report
-    assert {websocket for websocket, _ in seen_requests} == {websockets}, report
-    answered = {
-        item["call_id"]
-        for _, request in seen_requests
+    # Server side: Codex sent each command's output back, over the configured transport only.
+    assert {websocket for websocket, _ in seen.requests} == {websockets}
+    outputs = [
+        item["output"]
+        for _, request in seen.requests
         for item in input_items(request)
         if item.get("type") == "function_call_output"
-    }
-    assert len(answered) >= 2, report
-    assert all(request.model == "hotloop-sim" and request.store is False for _, request in seen_requests), report
+    ]
+    for marker in markers:
+        assert any(isinstance(output, str) and output.endswith(f"\n{marker}") for output in outputs), outputs
+    assert all(request.model == "hotloop-sim" and request.store is False for _, request in seen.requests)
+    # Its default tools, not only functions, were accepted.
+    offered = {tool.get("type") for _, request in seen.requests for tool in request.tools or []}
+    assert {"function", "namespace", "web_search"} <= offered, offered
+
+    # The model catalog (GET /v1/models?client_version=…), then the turn on one transport.
+    catalog = [scope for scope in seen.scopes if scope[2] == "/v1/models"]
+    assert catalog and all(scope[:2] == ("http", "GET") and "client_version=" in scope[3] for scope in catalog)
+    turns = {scope[:3] for scope in seen.scopes if scope[2].startswith("/v1/") and scope[2] != "/v1/models"}
+    assert turns == ({("websocket", "", "/v1/responses")} if websockets else {("http", "POST", "/v1/responses")})
 
     used, unused = ("websocket", "sse") if websockets else ("sse", "websocket")
-    completed = scrape.value("hotloop_responses_total", model="hotloop-sim", status="completed", transport=used)
-    assert completed >= 3, report  # two tool-call responses and the answer (plus Codex's warmup on WebSocket)
+    done = scrape.value("hotloop_responses_total", model="hotloop-sim", status="completed", transport=used)
+    assert done >= COMMANDS + 1  # a response per command and the answer (plus a warmup on WebSocket)
     for status in ("completed", "failed", "incomplete", "cancelled"):
         assert scrape.value("hotloop_responses_total", model="hotloop-sim", status=status, transport=unused) == 0
         assert scrape.value("hotloop_responses_total", model="hotloop-sim", status=status, transport="http") == 0
     for status in ("failed", "incomplete", "cancelled"):
-        assert scrape.value("hotloop_responses_total", model="hotloop-sim", status=status, transport=used) == 0, report
+        assert scrape.value("hotloop_responses_total", model="hotloop-sim", status=status, transport=used) == 0
+
+
+def test_models_answers_codex_with_its_catalog(tmp_path: Path) -> None:
+    """Codex's catalog request gets `{"models": [...]}` with the fields Codex 0.171.0 requires; the OpenAI list
+    shape is unchanged for everyone else."""
+    server = start_server(tmp_path, models=["hotloop-sim"])
+    try:
+        with server.http() as http:
+            catalog = http.get("/models", params={"client_version": "0.171.0"})
+            plain = http.get("/models")
+    finally:
+        server.stop()
+    assert catalog.status_code == 200 and plain.status_code == 200
+    entries = {entry["slug"]: entry for entry in catalog.json()["models"]}
+    assert set(entries) == {model["id"] for model in plain.json()["data"]} == {"hotloop-sim"}
+    sim = entries["hotloop-sim"]
+    required = {
+        "display_name": str,
+        "base_instructions": str,
+        "shell_type": str,
+        "visibility": str,
+        "supported_in_api": bool,
+        "priority": int,
+        "supported_reasoning_levels": list,
+        "support_verbosity": bool,
+        "truncation_policy": dict,
+        "experimental_supported_tools": list,
+        "context_window": int,
+    }
+    assert all(isinstance(sim[name], kind) for name, kind in required.items()), sim
+    assert sim["context_window"] == 131_072
+    assert plain.json()["object"] == "list" and "models" not in plain.json()

@@ -54,6 +54,25 @@ def test_rare_scripts_go_to_llama_cpp(pair: tuple[BPETokenizer, GGUFTokenizer]) 
     assert fast.encode(text) == reference.encode(text)
 
 
+@pytest.mark.parametrize("control", ["\x04", "\x06", "\x13", "\x14", "\x16", "\x1d"])
+def test_tokenless_control_characters_go_to_llama_cpp(pair: tuple[BPETokenizer, GGUFTokenizer], control: str) -> None:
+    """Seen with hypothesis: llama.cpp splits words at these (then drops them), the Rust side merges across."""
+    fast, reference = pair
+    text = f"={control}."
+    assert fast._tokenizer.encode(text, add_special_tokens=False).ids != reference.encode(text)
+    assert fast.encode(text) == reference.encode(text)
+
+
+def test_no_other_bmp_character_needs_llama_cpp(pair: tuple[BPETokenizer, GGUFTokenizer]) -> None:
+    """Every BMP character, in contexts where a split matters, gives the same ids on both sides (512 characters
+    per text: a difference anywhere in one shows as a difference of the whole)."""
+    fast, reference = pair
+    codes = [*range(0xD800), *range(0xE000, 0x10000)]
+    for start in range(0, len(codes), 512):
+        text = " ".join(f"={chr(code)}. a{chr(code)}b" for code in codes[start : start + 512])
+        assert fast.encode(text) == reference.encode(text), hex(codes[start])
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.text(ALPHABET, max_size=12) | PIECES, max_size=12))
 def test_same_ids_as_llama_cpp_on_random_text(pair: Any, parts: list[str]) -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from conftest import RunningServer
 from hotloop.backends.gguf import smollm2_chat_format
-from hotloop.pipeline import turn as turn_module
+from hotloop.pipeline import prepare as turn_module
 from hotloop.pipeline.render import ChatFormat, chat_messages, item_messages, system_message
 from hotloop.pipeline.tokens import PromptRenderer, TokenCache, probe_incremental
 from hotloop.wire.items import ContextItem

@@ -75,6 +75,9 @@ def test_custom_tool_input() -> None:
     )
     assert out[0] == ToolCallStart("apply_patch", "custom", None)
     assert out[1] == ToolCallDelta("*** Begin")
+    # As the `tokens` backend's parsers read it (one `ToolCalls`): a model that writes "arguments" for the text.
+    written = run(ToolCallParser([PATCH], parallel=True), ['{"name": "apply_patch", "arguments": "*** End"}'])
+    assert written[1] == ToolCallDelta("*** End")
 
 
 def test_without_tools_everything_is_text() -> None:

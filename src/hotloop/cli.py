@@ -1,4 +1,5 @@
-"""`hotloop serve`: run the server with uvicorn (uvloop, httptools, websockets-sansio); `hotloop bench`."""
+"""`hotloop serve`: run the server with uvicorn (uvloop, httptools, websockets-sansio); `hotloop bench`;
+`hotloop sim-engine` (a stand-in engine, simengine/)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 
 from hotloop.bench.command import add_bench_parser, run_bench
 from hotloop.config import HELP, Settings, load_settings
+from hotloop.simengine.cli import add_sim_engine_parser, run_sim_engine
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,7 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     add_bench_parser(sub)
+    add_sim_engine_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "sim-engine":
+        return run_sim_engine(args)
     if args.command == "bench":
         return run_bench(args)
     if args.command == "serve":
@@ -46,13 +51,24 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, OSError) as exc:
             print(f"hotloop: {exc}", file=sys.stderr)
             return 2
-        serve(settings)
+        return serve(settings)
     return 0
 
 
-def serve(settings: Settings) -> None:
-    import uvicorn
+def serve(settings: Settings) -> int:
+    """Serve in this process, or with `workers` > 1 under a supervisor that runs one process per worker."""
+    if settings.workers < 1:
+        print("hotloop: workers must be at least 1", file=sys.stderr)
+        return 2
+    if settings.workers > 1:
+        from hotloop.transports.workers import run_workers
 
-    from hotloop.transports.server import server_config
+        try:
+            return run_workers(settings)
+        except OSError as exc:  # the port is taken, the data directory is not writable
+            print(f"hotloop: {exc}", file=sys.stderr)
+            return 1
+    from hotloop.transports.server import Server, server_config
 
-    uvicorn.Server(server_config(settings)).run()
+    Server(server_config(settings)).run()  # with hotloop's graceful shutdown on SIGTERM
+    return 0

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import platformdirs
@@ -13,10 +14,44 @@ import platformdirs
 MiB = 1024 * 1024
 
 
+class Upstream(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A served model that another engine runs (docs/backends.md): one `[upstreams.<name>]` table."""
+
+    backend: Literal["openai-chat", "tokens"] = "openai-chat"
+    # One base URL (ending in /v1 for the OpenAI-style APIs); `urls`: several replicas (backends/routing.py).
+    url: str = ""
+    urls: list[str] = msgspec.field(default_factory=list)
+    upstream_model: str = ""  # the engine's name for the model (default: the served name)
+    api_key: str = ""
+    context_window: int = 131_072
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 60.0  # longest silence between two chunks of the upstream's stream
+    retries: int = 2  # attempts after the first, only before the first token
+    max_connections: int = 256
+    max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    # `tokens` (backends/tokens.py): the engine's token-ID API, the tokenizer and template, the tool-call format.
+    dialect: Literal["vllm", "sglang", "llamacpp"] = "vllm"
+    tokenizer: str = ""  # a tokenizer.json or a model directory; empty: SmolLM2's
+    chat_template: str = ""  # a Jinja file; empty: the tokenizer's directory's (tokenizer_config.json)
+    tool_parser: Literal["hermes", "json", "none"] = "hermes"
+    # Replica routing: a replica with this many requests in flight is saturated (0: no cap); this many failures
+    # in a row mark it down for down_cooldown_s.
+    replica_max_in_flight: int = 0
+    replica_failures: int = 2
+    down_cooldown_s: float = 5.0
+
+    def base_urls(self) -> list[str]:
+        return [self.url] if self.url else list(self.urls)
+
+
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
     port: int = 8000
     data_dir: str = ""
+    store_url: str = ""
+    retention_ttl_s: float = 0.0
+    retention_max_bytes: int = 0
+    workers: int = 1
     api_keys: list[str] = msgspec.field(default_factory=list)
     models: list[str] = msgspec.field(default_factory=lambda: ["smollm2-135m", "hotloop-sim"])
     default_model: str = "smollm2-135m"
@@ -31,6 +66,12 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ws_max_named_lanes: int = 32
     ws_max_queued: int = 256
     ws_ping_interval_s: float = 20.0
+    max_connections: int = 4096
+    max_connections_per_key: int = 512
+    rate_limit_rpm: int = 0
+    rate_limit_tpm: int = 0
+    shutdown_grace_s: float = 10.0
+    backend_timeout_s: float = 60.0
     sim_ttft_ms: float = 20.0
     sim_tps: float = 1000.0
     sim_output_tokens: int = 32
@@ -39,14 +80,21 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     sim_seed: int = 0
     llama_threads: int = 0
     llama_n_ctx: int = 8192
+    llama_kv_cache_bytes: int = 256 * MiB
     safety_secrets: str = "flag"
     safety_injection: str = "flag"
     ledger_flush_ms: float = 200.0
     ledger_batch: int = 256
     token_cache_bytes: int = 64 * MiB
     chain_cache_entries: int = 4096
+    chain_cache_bytes: int = 256 * MiB
+    connection_cache_bytes: int = 64 * MiB
     metrics: bool = True
+    console: bool = True
+    admin_key: str = ""
     log_level: str = "info"
+    log_format: Literal["json", "text"] = "json"
+    upstreams: dict[str, Upstream] = msgspec.field(default_factory=dict)
 
     def resolved_data_dir(self) -> Path:
         path = Path(self.data_dir) if self.data_dir else Path(platformdirs.user_data_dir("hotloop"))
@@ -58,8 +106,15 @@ HELP: dict[str, str] = {
     "host": "Address to listen on.",
     "port": "TCP port for HTTP and WebSocket mode (same port, same path).",
     "data_dir": "Where the SQLite store and the server secret live (default: the user's data dir).",
+    "store_url": "Response store: sqlite:///path, redis://host:port/db?prefix=P or "
+    "postgresql://user@host/db?schema=S (default: sqlite in data_dir; docs/stores.md).",
+    "retention_ttl_s": "Stored responses older than this many seconds are deleted (0: kept until deleted).",
+    "retention_max_bytes": "Byte budget of stored responses (JSON bytes); the oldest are deleted beyond it "
+    "(0: no budget).",
+    "workers": "Server processes accepting on the one port, under a supervisor; they share the store and the "
+    "data_dir secret (each has its own caches and metrics).",
     "api_keys": "Comma-separated API keys; empty accepts any credential or none.",
-    "models": "Comma-separated models to serve: smollm2-135m, hotloop-sim.",
+    "models": "Comma-separated models to serve: smollm2-135m, hotloop-sim, or a name defined in `upstreams`.",
     "default_model": "Model used when a request names none.",
     "max_body_bytes": "Largest HTTP body or WebSocket frame accepted (413 / close 1009 beyond).",
     "strict_params": "Reject unknown request fields with 400 unknown_parameter instead of ignoring them.",
@@ -72,6 +127,12 @@ HELP: dict[str, str] = {
     "ws_max_named_lanes": "Most distinct named stream_ids over a connection's life.",
     "ws_max_queued": "Most waiting response.create events per connection (beyond: close 1008).",
     "ws_ping_interval_s": "Seconds between server pings (0 disables).",
+    "max_connections": "Most open WebSocket connections on this process (beyond: the upgrade gets 429; 0: no limit).",
+    "max_connections_per_key": "Most open WebSocket connections per API key on this process (0: no limit).",
+    "rate_limit_rpm": "Per-key requests per minute, HTTP and WebSocket creates together (0: no limit).",
+    "rate_limit_tpm": "Per-key input plus output tokens per minute (0: no limit).",
+    "shutdown_grace_s": "On SIGTERM, seconds in-flight responses get to finish before they fail (server_error).",
+    "backend_timeout_s": "Longest wait for the model's next token before the response fails (0: no limit).",
     "sim_ttft_ms": "hotloop-sim: time to first token in milliseconds.",
     "sim_tps": "hotloop-sim: output tokens per second.",
     "sim_output_tokens": "hotloop-sim: length of a text answer in tokens.",
@@ -80,19 +141,30 @@ HELP: dict[str, str] = {
     "sim_seed": "hotloop-sim: seed; same seed and input give the same output.",
     "llama_threads": "smollm2-135m: CPU threads for llama.cpp (0: all cores).",
     "llama_n_ctx": "smollm2-135m: context window in tokens.",
+    "llama_kv_cache_bytes": "smollm2-135m: byte bound of the KV state snapshots of recent chains (LRU; 0: "
+    "only the live context is reused; docs/models.md).",
     "safety_secrets": "Secrets detector on new input: off, flag (recorded) or block (content-filter failure).",
     "safety_injection": "Prompt-injection heuristic on tool outputs: off, flag or block.",
     "ledger_flush_ms": "Usage ledger: longest wait before a batch of records is written to the store.",
     "ledger_batch": "Usage ledger: most records written in one batch.",
     "token_cache_bytes": "Bound of the content-addressed token cache for HTTP requests that resend history.",
     "chain_cache_entries": "Stored chains kept in memory for HTTP continuations on this process (0: none).",
+    "chain_cache_bytes": "Byte bound of the in-memory chain cache; least recently used chains go first.",
+    "connection_cache_bytes": "Byte bound of all WebSocket connection caches on this process together (LRU).",
     "metrics": "Serve Prometheus metrics on GET /metrics.",
-    "log_level": "uvicorn log level.",
+    "console": "Serve the web console at / (its live numbers at GET /v1/console/state).",
+    "admin_key": "Key for the console's live numbers when api_keys are set (they show every key's usage).",
+    "log_level": "Log level of hotloop and uvicorn: debug, info, warning, error.",
+    "log_format": "json (one object per line, with request, connection and response ids) or text.",
+    "upstreams": "Models served by other engines, one `[upstreams.<name>]` table each (docs/backends.md); "
+    "HOTLOOP_UPSTREAMS takes the same tables as JSON.",
 }
 
 
 def _coerce(name: str, raw: str) -> Any:
     field_type = Settings.__annotations__[name]
+    if field_type.startswith("dict"):
+        return json.loads(raw)  # a table (upstreams) as JSON; msgspec.convert checks its fields
     if field_type.startswith("list"):
         return [part.strip() for part in raw.split(",") if part.strip()]
     if field_type == "bool":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 class HotloopError(Exception):
     """An error a client sees: HTTP status, OpenAI error type, machine-readable code and the offending param."""
@@ -76,6 +78,32 @@ class RequestTooLarge(HotloopError):
 
 class ConnectionLimit(HotloopError):
     code = "websocket_connection_limit_reached"
+
+
+class RateLimited(HotloopError):
+    """429 for a per-key limit (protocol.md §1.9): `type` names the limit (`requests` or `tokens`), the message says
+    "try again in Ns" (Codex parses it) and `retry_after_s` becomes the `Retry-After` header."""
+
+    status = 429
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, kind: str, retry_after_s: float, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.type = kind
+        # Whole seconds, rounded up: a client that waits this long is admitted.
+        self.headers = {"retry-after": str(max(1, math.ceil(round(retry_after_s, 3)))), **(headers or {})}
+
+
+class ServerShuttingDown(HotloopError):
+    """503 for a create that arrives while the server drains on SIGTERM; clients retry it elsewhere or later."""
+
+    status = 503
+    type = "server_error"
+    code = "server_is_overloaded"
+
+    def __init__(self) -> None:
+        super().__init__("The server is shutting down and accepts no new responses; retry on a new connection.")
+        self.headers = {"connection": "close"}  # over HTTP: the client's next request goes to a new connection
 
 
 class ServerError(HotloopError):

@@ -6,8 +6,9 @@ import time
 from collections.abc import Iterator
 
 from hotloop.backends.base import Backend
-from hotloop.config import Settings
+from hotloop.config import Settings, Upstream
 from hotloop.errors import ModelNotFound
+from hotloop.observability.metrics import KVReading, ReplicaReading
 from hotloop.pipeline.render import ChatFormat
 
 SMOLLM2 = "smollm2-135m"
@@ -16,15 +17,19 @@ KNOWN_MODELS = (SMOLLM2, SIM)
 
 
 class Model:
-    __slots__ = ("backend", "chat", "context_window", "created", "id", "owned_by")
+    __slots__ = ("backend", "chat", "context_window", "created", "id", "owned_by", "takes_messages")
 
-    def __init__(self, id: str, backend: Backend, chat: ChatFormat, context_window: int) -> None:
+    def __init__(
+        self, id: str, backend: Backend, chat: ChatFormat, context_window: int, *, takes_messages: bool = False
+    ) -> None:
         self.id = id
         self.backend = backend
         self.chat = chat
         self.context_window = context_window
         self.created = int(time.time())
         self.owned_by = "hotloop"
+        # An upstream engine's chat API: the render stage hands over items, not tokens (backends/openai_chat.py).
+        self.takes_messages = takes_messages
 
 
 class ModelRegistry:
@@ -43,6 +48,24 @@ class ModelRegistry:
     def __iter__(self) -> Iterator[Model]:
         return iter(self._models.values())
 
+    def kv_readings(self) -> list[KVReading]:
+        """KV state reuse of the in-process models (backends/kv_state.py), for /metrics."""
+        out: list[KVReading] = []
+        for model in self._models.values():
+            reading = getattr(model.backend, "kv_reading", None)
+            if reading is not None:
+                out.append(reading(model.id))
+        return out
+
+    def replica_readings(self) -> list[ReplicaReading]:
+        """Routing counts and health of every upstream replica (backends/routing.py), for /metrics."""
+        out: list[ReplicaReading] = []
+        for model in self._models.values():
+            router = getattr(model.backend, "router", None)
+            if router is not None:
+                out += router.readings()
+        return out
+
     async def close(self) -> None:
         for model in self._models.values():
             await model.backend.close()
@@ -54,11 +77,20 @@ def build_registry(settings: Settings) -> ModelRegistry:
     from hotloop.backends.sim import SimBackend, SimSettings
     from hotloop.pipeline.tokens import probe_incremental
 
-    unknown = [name for name in settings.models if name not in KNOWN_MODELS]
+    shadowed = [name for name in settings.upstreams if name in KNOWN_MODELS]
+    if shadowed:
+        raise ValueError(f"upstreams {shadowed}: a built-in model's name; choose another name")
+    unknown = [name for name in settings.models if name not in KNOWN_MODELS and name not in settings.upstreams]
     if unknown:
-        raise ValueError(f"unknown model(s) {unknown}; known: {list(KNOWN_MODELS)}")
+        raise ValueError(
+            f"unknown model(s) {unknown}: not built in ({list(KNOWN_MODELS)}) and not defined in an "
+            "[upstreams.<name>] table (docs/backends.md)"
+        )
     if settings.default_model not in settings.models:
         raise ValueError(f"default_model {settings.default_model!r} is not in models {settings.models}")
+    served = {name: settings.upstreams[name] for name in settings.models if name in settings.upstreams}
+    for name, upstream in served.items():  # before any backend loads
+        _check_upstream(name, upstream)
     chat = smollm2_chat_format()
     probe_incremental(chat)
     models: dict[str, Model] = {}
@@ -75,6 +107,44 @@ def build_registry(settings: Settings) -> ModelRegistry:
     if SMOLLM2 in settings.models:
         from hotloop.backends.llama import LlamaBackend
 
-        backend = LlamaBackend(n_ctx=settings.llama_n_ctx, n_threads=settings.llama_threads or None)
+        backend = LlamaBackend(
+            n_ctx=settings.llama_n_ctx,
+            n_threads=settings.llama_threads or None,
+            kv_cache_bytes=settings.llama_kv_cache_bytes,
+        )
         models[SMOLLM2] = Model(SMOLLM2, backend, chat, context_window=settings.llama_n_ctx)
+    for name, upstream in served.items():
+        models[name] = _upstream_model(name, upstream, chat)
     return ModelRegistry(models, settings.default_model)
+
+
+def _check_upstream(name: str, upstream: Upstream) -> None:
+    urls = upstream.base_urls()
+    if upstream.url and upstream.urls:
+        raise ValueError(f"upstreams.{name}: give url or urls, not both")
+    if not urls:
+        raise ValueError(f"upstreams.{name}: url is required")
+    for field in ("connect_timeout_s", "read_timeout_s", "max_connections", "context_window", "replica_failures"):
+        if getattr(upstream, field) <= 0:
+            raise ValueError(f"upstreams.{name}.{field} must be positive")
+    if upstream.retries < 0:
+        raise ValueError(f"upstreams.{name}.retries must be 0 or more")
+    if upstream.replica_max_in_flight < 0 or upstream.down_cooldown_s < 0:
+        raise ValueError(f"upstreams.{name}: replica_max_in_flight and down_cooldown_s must be 0 or more")
+
+
+def _upstream_model(name: str, upstream: Upstream, chat: ChatFormat) -> Model:
+    if upstream.backend == "tokens":
+        from hotloop.backends.hf_format import load_chat_format
+        from hotloop.backends.tokens import TokensBackend
+        from hotloop.pipeline.tokens import probe_incremental
+
+        # hotloop renders and tokenizes with the model's own format, incrementally per chain (pipeline/tokens.py).
+        fmt = load_chat_format(name, upstream)
+        probe_incremental(fmt)
+        return Model(name, TokensBackend(name, upstream, fmt), fmt, upstream.context_window)
+    from hotloop.backends.openai_chat import OpenAIChatBackend
+
+    # `chat` is not used to render for an upstream (its engine has its own template); every Model has one.
+    engine = OpenAIChatBackend(name, upstream)
+    return Model(name, engine, chat, upstream.context_window, takes_messages=True)

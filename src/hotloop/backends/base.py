@@ -1,4 +1,8 @@
-"""What a backend is: rendered prompt tokens in, a stream of typed deltas out (no wire types, no I/O of ours)."""
+"""What a backend is: rendered prompt tokens in, a stream of typed deltas out (no I/O of ours).
+
+A backend that takes messages (an upstream engine's chat API, `Model.takes_messages`) gets the conversation's
+items and instructions instead of tokens; it is the only kind that reads wire items.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Literal, Protocol
 
 import msgspec
+
+from hotloop.wire.items import ContextItem
 
 
 class ToolSpec(msgspec.Struct, frozen=True):
@@ -46,6 +52,13 @@ class GenerationRequest(msgspec.Struct, kw_only=True):
     # Function and custom tool calls already in the context (the simulator's tool policy reads it).
     calls_so_far: int = 0
     metadata: dict[str, str] = msgspec.field(default_factory=dict)
+    # For a backend that takes messages (prompt_tokens is then empty): the whole conversation, oldest first
+    # (the chain's context, then this turn's new items), and the request's instructions.
+    items: Sequence[ContextItem] = ()
+    instructions: str | None = None
+    # The chain's identity, for replica routing (backends/routing.py): this response, and the one it continues.
+    response_id: str = ""
+    previous_response_id: str | None = None
 
 
 class TextDelta(msgspec.Struct):
@@ -74,9 +87,21 @@ class Finished(msgspec.Struct):
     reason: Literal["stop", "length"]
     output_tokens: int
     cached_tokens: int
+    # The prompt's size as the engine counted it; None: the rendered prompt tokens' count (a backend that takes
+    # messages has no rendered tokens and reports the upstream's usage here).
+    prompt_tokens: int | None = None
 
 
 Delta = TextDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | Finished
+
+
+class BackendError(Exception):
+    """A backend failure with the code `response.failed` carries (protocol.md §2.9): `server_error`,
+    `rate_limit_exceeded` or `context_length_exceeded`; the message says what the engine reported."""
+
+    def __init__(self, message: str, code: str = "server_error") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Backend(Protocol):

@@ -83,7 +83,9 @@ def load_bpe(gguf: Path) -> Any | None:
 
 # Characters outside the Basic Multilingual Plane and the emoji blocks: llama.cpp's Unicode tables and the Rust
 # regex classify some of them (rare scripts, unassigned code points) differently, so such text goes to llama.cpp.
-_RARE = re.compile("[\U00010000-\U0001efff\U0001fb00-\U0010ffff]")
+# So do six C0 control characters that have no token: llama.cpp splits words at them before dropping them, the
+# Rust side merges across (`=\x06.` is two tokens there, one here); an exhaustive scan of the BMP finds no other.
+_RARE = re.compile("[\x04\x06\x13\x14\x16\x1d\U00010000-\U0001efff\U0001fb00-\U0010ffff]")
 
 
 # Long texts (a big tool output) are cut into this many parts, tokenized in parallel on the Rust side.
@@ -119,7 +121,7 @@ class BPETokenizer:
         self._reference = reference
 
     def encode(self, text: str) -> list[int]:
-        if not text.isascii() and _RARE.search(text):
+        if _RARE.search(text):
             return self._reference.encode(text)
         if len(text) < PARALLEL_CHARS:
             ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids

@@ -1,9 +1,10 @@
 """`smollm2-135m`: SmolLM2-135M-Instruct run in-process by llama-cpp-python.
 
 Generation runs on a worker thread (never on the event loop) and streams tokens through a queue; closing the
-stream (client gone) stops the thread at the next prompt chunk or token. llama.cpp keeps the previous prompt's KV
-cache, so a request recomputes only the tokens past the longest common prefix, which is reported as
-`cached_tokens`.
+stream (client gone) stops the thread at the next prompt chunk or token. llama.cpp's context holds the KV cells of
+what was evaluated last; before another chain overwrites them they are kept as a snapshot (`kv_state.py`), so a
+request restores whichever (the live context or a snapshot) shares the longest prefix with its prompt and
+evaluates only the rest. The tokens not evaluated are reported as `cached_tokens`.
 
 Sampling: `temperature` 0 is greedy; otherwise llama-cpp-python's chain (top-k 40, top-p, min-p 0.05, temperature)
 with the backend's fixed seed, so the same prompt and parameters give the same output. Generation stops at an
@@ -27,13 +28,16 @@ import numpy as np
 
 from hotloop.backends.base import Delta, Finished, GenerationRequest
 from hotloop.backends.gguf import load_llama
+from hotloop.backends.kv_state import MIN_SNAPSHOT_TOKENS, KVStateCache, as_tokens, restore, save
 from hotloop.backends.toolcalls import ToolCallParser
+from hotloop.observability.metrics import KVReading
 
 log = logging.getLogger("hotloop.llama")
 _END = object()
 STOP_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
 # Prompt tokens evaluated between two checks of the stop flag: a long prompt is abandoned within one chunk.
 PROMPT_CHUNK = 256
+DEFAULT_KV_CACHE_BYTES = 256 * 1024 * 1024
 
 
 class _Cancelled(Exception):
@@ -88,8 +92,15 @@ def _grammar(request: GenerationRequest) -> Any:
 
 
 class LlamaBackend:
-    def __init__(self, n_ctx: int = 8192, n_threads: int | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        n_ctx: int = 8192,
+        n_threads: int | None = None,
+        seed: int = 0,
+        kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES,
+    ) -> None:
         self.n_ctx = n_ctx
+        self._kv = KVStateCache(kv_cache_bytes)  # snapshots of other chains' KV cells (lock held to use)
         self._llama: Any = load_llama(n_ctx=n_ctx, n_threads=n_threads or os.cpu_count() or 1)
         self._llama.set_seed(seed)  # the constructor reads seed 0 as "random"
         atexit.register(self._llama.close)  # before teardown, where llama-cpp-python's `__del__` fails
@@ -102,36 +113,84 @@ class LlamaBackend:
             if len(ids) == 1:
                 self._stops.add(ids[0])
 
-    def _common_prefix(self, tokens: list[int]) -> int:
-        """The prompt tokens llama.cpp will not recompute, mirroring `Llama.generate`'s prefix reuse.
+    def _common_prefix(self, tokens: np.ndarray) -> int:
+        """The prompt tokens the live context lets us skip, mirroring `Llama.generate`'s prefix reuse.
 
-        A prompt fully in the cache as the last thing evaluated is reused whole (its logits are live); a prompt
-        that is a proper prefix of the cache keeps one token back to refresh the logits; otherwise the shared
+        A prompt fully in the context as the last thing evaluated is reused whole (its logits are live); a prompt
+        that is a proper prefix of the context keeps one token back to refresh the logits; otherwise the shared
         prefix is kept.
         """
         llama = self._llama
         cached = llama._input_ids
         limit = min(len(cached), len(tokens))
-        mismatch = np.flatnonzero(cached[:limit] != np.asarray(tokens[:limit], dtype=cached.dtype))
+        mismatch = np.flatnonzero(cached[:limit] != tokens[:limit])
         shared = int(mismatch[0]) if mismatch.size else limit
         if shared == len(tokens) and shared > 0:
             exact = llama.n_tokens == len(tokens) and not getattr(llama, "_requires_eval", True)
             return shared if exact else shared - 1
         return shared
 
+    def _reuse(self, tokens: np.ndarray) -> tuple[int, bool]:
+        """Bring the best cached prefix of `tokens` into the context (lock held): the live context, else a
+        snapshot that beats it by at least MIN_SNAPSHOT_TOKENS. Returns the tokens reused and whether a snapshot
+        was restored. The live context is snapshotted first when the prompt would discard a worthwhile part of it.
+        """
+        llama = self._llama
+        live = self._common_prefix(tokens)
+        snapshot, shared = self._kv.best(tokens) if len(self._kv) else (None, 0)
+        use_snapshot = snapshot is not None and shared >= live + MIN_SNAPSHOT_TOKENS
+        kept = 0 if use_snapshot else live
+        if llama.n_tokens - kept >= MIN_SNAPSHOT_TOKENS and self._kv.max_bytes > 0:
+            self._stash()
+        if snapshot is None or not use_snapshot:
+            return live, False
+        try:
+            restore(llama, snapshot)
+        except RuntimeError:  # llama.cpp refused the cells: the context is empty now, prefill from scratch
+            log.warning("could not restore a KV state snapshot; prefilling the prompt", exc_info=True)
+            self._kv.discard(snapshot)
+            return 0, False
+        return min(shared, len(tokens) - 1), True  # restored logits are stale: evaluate at least one token
+
+    def _stash(self) -> None:
+        """Snapshot the live context unless a snapshot already holds all of it (lock held)."""
+        if self._kv.covers(np.asarray(self._llama._input_ids)):
+            return
+        try:
+            self._kv.put(save(self._llama))
+        except RuntimeError:  # not worth failing the request over: that chain prefills again later
+            log.warning("could not snapshot the KV state", exc_info=True)
+
     def _evaluate_prompt(self, tokens: list[int], stop: threading.Event | None) -> int:
         """Bring the KV cache to exactly `tokens` (lock held); returns the tokens reused. Raises `_Cancelled`."""
         llama = self._llama
-        cached = self._common_prefix(tokens)
-        if cached == len(tokens):
+        cached, restored = self._reuse(as_tokens(tokens))
+        evaluated = 0
+        try:
+            if cached == len(tokens):
+                return cached
+            llama.n_tokens = cached  # `eval` drops the KV cache past n_tokens first
+            for start in range(cached, len(tokens), PROMPT_CHUNK):
+                if stop is not None and stop.is_set():
+                    llama.n_tokens = start  # what has been evaluated so far stays reusable
+                    raise _Cancelled
+                chunk = tokens[start : start + PROMPT_CHUNK]
+                llama.eval(chunk)
+                evaluated += len(chunk)
             return cached
-        llama.n_tokens = cached  # `eval` drops the KV cache past n_tokens first
-        for start in range(cached, len(tokens), PROMPT_CHUNK):
-            if stop is not None and stop.is_set():
-                llama.n_tokens = start  # what has been evaluated so far stays reusable
-                raise _Cancelled
-            llama.eval(tokens[start : start + PROMPT_CHUNK])
-        return cached
+        finally:
+            self._kv.count(cached, evaluated, restored=restored)
+
+    def kv_reading(self, model: str) -> KVReading:
+        """KV reuse counters and the snapshots' size (read without the lock: plain integers)."""
+        return self._kv.reading(model)
+
+    def drop_state(self) -> None:
+        """Forget the live context and every snapshot: the next prompt is prefilled from scratch."""
+        with self._lock:
+            self._kv.clear()
+            if not self._closed:
+                self._llama.reset()
 
     async def prefill(self, prompt_tokens: Sequence[int]) -> int:
         def work() -> int:

@@ -2,8 +2,11 @@
 
 Same seed + same prompt tokens → same output. Pacing: `ttft_ms` before the first token, then `tps` tokens per
 second. Tool policy: with tools offered and fewer than K calls in the conversation, call a declared tool with
-arguments built from its JSON schema; otherwise answer with text. Per-request overrides through `metadata`:
-`sim_ttft_ms`, `sim_tps`, `sim_output_tokens`, `sim_tool_calls`.
+arguments built from its JSON schema (a shell-like tool, one with a `cmd`/`command`/`commands` property, is
+preferred and gets a real command: `shell_command`); otherwise answer with text. Per-request overrides through
+`metadata`: `sim_ttft_ms`, `sim_tps`, `sim_output_tokens`, `sim_tool_calls`; and `hotloop_sim_fault`, a test facility
+that makes the model fail: `stall_after:N` (hang after N output tokens), `die_after:N` (raise after N), `crash`
+(raise before the first token). Unparsable overrides are ignored.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import time
 from array import array
 from collections import deque
 from collections.abc import AsyncGenerator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -77,6 +80,37 @@ RNG_TAIL_TOKENS = 2048
 _TOKEN = array("i").itemsize
 
 
+FAULT_KEY = "hotloop_sim_fault"
+
+
+class SimFault(Exception):
+    """The failure `hotloop_sim_fault` asked for (a backend fault, as a crashing engine would raise)."""
+
+
+def parse_fault(raw: object) -> tuple[str, int] | None:
+    """`stall_after:N` / `die_after:N` / `crash` → (kind, tokens before it); anything else → None (ignored)."""
+    if raw == "crash":
+        return ("die", 0)
+    if not isinstance(raw, str) or ":" not in raw:
+        return None
+    kind, _, count = raw.partition(":")
+    if kind not in ("stall_after", "die_after") or not count.isdigit():
+        return None
+    return (kind.removesuffix("_after"), int(count))
+
+
+class SimStats:
+    """What the simulator's generations did: tests read it to see a generation stop (in-process servers)."""
+
+    __slots__ = ("closed_at", "finished", "started", "stopped")
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.finished = 0  # ended with `Finished`
+        self.stopped = 0  # closed early: cancelled, timed out or failed
+        self.closed_at = 0.0  # time.perf_counter() when the last early stop happened
+
+
 class SimSettings(msgspec.Struct, frozen=True):
     ttft_ms: float = 20.0
     tps: float = 1000.0
@@ -90,6 +124,7 @@ class SimBackend:
     def __init__(self, settings: SimSettings) -> None:
         self.settings = settings
         self._recent: deque[bytes] = deque(maxlen=PREFIX_CACHE_ENTRIES)  # packed prompts, newest last
+        self.stats = SimStats()
 
     def _cached_prefix(self, packed: bytes) -> int:
         """Longest prefix shared with a recent prompt: what a prefix-caching engine would not recompute.
@@ -146,8 +181,11 @@ class SimBackend:
         if wants_tool and (request.tool_choice == "required" or request.calls_so_far < k):
             count = max(1, self.settings.parallel_calls) if request.parallel_tool_calls else 1
             forced = [spec for spec in request.tools if spec.name == request.forced_tool]
-            chosen = forced[:1] * count if forced else [rng.choice(request.tools) for _ in range(count)]
-            return [(spec, _pieces(_call_payload(spec, rng))) for spec in chosen]
+            # A shell-like tool, when one is offered, so that an agent's calls really run something.
+            pool = [spec for spec in request.tools if command_field(spec) is not None] or request.tools
+            chosen = forced[:1] * count if forced else [rng.choice(pool) for _ in range(count)]
+            first = request.calls_so_far + 1
+            return [(spec, _pieces(_call_payload(spec, rng, first + i))) for i, spec in enumerate(chosen)]
         n = max(1, int(self._option(request, "output_tokens", self.settings.output_tokens)))
         fmt = request.text_format.get("type")
         if fmt in ("json_object", "json_schema"):
@@ -161,6 +199,8 @@ class SimBackend:
         return [(None, pieces)]
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
+        self.stats.started += 1
+        fault = parse_fault(request.metadata.get(FAULT_KEY))
         packed = _pack(request.prompt_tokens)
         cached = self._cached_prefix(packed)
         ttft = self._option(request, "ttft_ms", self.settings.ttft_ms) / 1000.0
@@ -169,23 +209,41 @@ class SimBackend:
         rng = self._rng(request, packed)
         start = time.perf_counter() + ttft
         emitted = 0
-        for spec, pieces in self._plan(request, rng):
-            if spec is not None:
-                yield ToolCallStart(name=spec.name, kind=spec.kind, namespace=spec.namespace)
-            for piece in pieces:
-                if limit is not None and emitted >= limit:
-                    self._remember(packed)
-                    yield Finished(reason="length", output_tokens=emitted, cached_tokens=cached)
-                    return
-                delay = start + emitted / tps - time.perf_counter()
-                if delay > 0.0005:
-                    await asyncio.sleep(delay)
-                emitted += 1
-                yield ToolCallDelta(text=piece) if spec is not None else TextDelta(text=piece)
-            if spec is not None:
-                yield ToolCallEnd()
+        reason: Literal["stop", "length"] = "stop"
+        try:
+            if fault is not None and fault[1] == 0:
+                await _fail(fault[0])
+            for spec, pieces in self._plan(request, rng):
+                if spec is not None:
+                    yield ToolCallStart(name=spec.name, kind=spec.kind, namespace=spec.namespace)
+                for piece in pieces:
+                    if limit is not None and emitted >= limit:
+                        reason = "length"
+                        break
+                    if fault is not None and emitted == fault[1]:
+                        await _fail(fault[0])
+                    delay = start + emitted / tps - time.perf_counter()
+                    if delay > 0.0005:
+                        await asyncio.sleep(delay)
+                    emitted += 1
+                    yield ToolCallDelta(text=piece) if spec is not None else TextDelta(text=piece)
+                if reason == "length":
+                    break
+                if spec is not None:
+                    yield ToolCallEnd()
+        except BaseException:  # cancelled (the client went away, a timeout), closed, or the fault above
+            self.stats.stopped += 1
+            self.stats.closed_at = time.perf_counter()
+            raise
         self._remember(packed)
-        yield Finished(reason="stop", output_tokens=emitted, cached_tokens=cached)
+        self.stats.finished += 1
+        yield Finished(reason=reason, output_tokens=emitted, cached_tokens=cached)
+
+
+async def _fail(kind: str) -> None:
+    if kind == "stall":
+        await asyncio.Event().wait()  # never set: only a timeout or a cancellation ends it
+    raise SimFault("simulated backend failure (hotloop_sim_fault)")
 
 
 def _pack(tokens: Sequence[int]) -> bytes:
@@ -215,10 +273,68 @@ def _pieces(text: str, size: int = 4) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
-def _call_payload(spec: ToolSpec, rng: random.Random) -> str:
+def _call_payload(spec: ToolSpec, rng: random.Random, number: int) -> str:
+    """A call's arguments; `number` counts the calls of the conversation (1-based) and names a shell call's marker."""
     if spec.kind == "custom":
         return f"simulated input for {spec.name}"
+    field = command_field(spec)
+    if field is not None and spec.parameters is not None:
+        return json.dumps(_shell_arguments(spec.parameters, field, number, rng))
     return json.dumps(example_for_schema(spec.parameters or {"type": "object", "properties": {}}, rng))
+
+
+# Properties a shell-like function tool runs: a command line (string), an argv (`command`/`cmd` as an array) or
+# several command lines (`commands`), in this order of preference.
+COMMAND_FIELDS = ("cmd", "command", "commands")
+# Required directory properties of a shell tool get the working directory, where a random word would fail the call.
+_WORKDIR_FIELDS = ("workdir", "cwd", "working_directory")
+
+
+def command_field(spec: ToolSpec) -> str | None:
+    """The property that makes a function tool shell-like (a string or an array of strings named as a command)."""
+    properties = (spec.parameters or {}).get("properties") if spec.kind == "function" else None
+    if not isinstance(properties, dict):
+        return None
+    for name in COMMAND_FIELDS:
+        schema = properties.get(name)
+        if isinstance(schema, dict) and (_is_type(schema, "string") or _is_string_array(schema)):
+            return name
+    return None
+
+
+def shell_command(number: int) -> str:
+    """A harmless POSIX command line that proves it ran: it prints `hotloop-sim-<n>` (a text the command line itself
+    does not contain) and writes it to `hotloop_sim_<n>.txt` in the working directory."""
+    return f"printf 'hotloop-sim-%d\\n' {number} | tee hotloop_sim_{number}.txt"
+
+
+def _shell_arguments(schema: dict[str, Any], field: str, number: int, rng: random.Random) -> dict[str, Any]:
+    """The command plus the other *required* properties: optional ones (a shell binary, a sandbox override, a
+    login flag) are left to the tool's defaults, as a model would, since random values for them break the run."""
+    properties: dict[str, Any] = schema["properties"]
+    required = schema.get("required")
+    names = [name for name in properties if isinstance(required, list) and name in required and name != field]
+    line = shell_command(number)
+    if _is_type(properties[field], "string"):
+        arguments: dict[str, Any] = {field: line}
+    else:
+        arguments = {field: [line] if field == "commands" else ["sh", "-c", line]}
+    for name in names:
+        sub = properties[name]
+        if isinstance(sub, dict):
+            fixed = name in _WORKDIR_FIELDS and _is_type(sub, "string")
+            arguments[name] = "." if fixed else example_for_schema(sub, rng, 1, schema)
+    return arguments
+
+
+def _is_type(schema: dict[str, Any], kind: str) -> bool:
+    declared = schema.get("type")
+    return declared == kind or (isinstance(declared, list) and kind in declared)
+
+
+def _is_string_array(schema: dict[str, Any]) -> bool:
+    items = schema.get("items")
+    return _is_type(schema, "array") and isinstance(items, dict) and _is_type(items, "string")
 
 
 def example_for_schema(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hotloop.bench.clients import BenchError, ModeClient, open_client
 from hotloop.bench.progress import Progress
-from hotloop.bench.scenario import INSTRUCTIONS, MODEL, TOOLS, Rollout, sim_metadata
+from hotloop.bench.scenario import INSTRUCTIONS, MODEL, TOOLS, USER_TASK, Rollout, sim_metadata, user_message
 from hotloop.bench.stats import median, ratio
 from hotloop.bench.tokens import chars_per_token
 
@@ -24,6 +25,12 @@ class AgentLoopConfig:
     modes: tuple[str, ...] = ("http-full", "http-chain", "ws")
     runs: int = 1
     warmup: bool = True
+    model: str = MODEL
+    # --upstream: hotloop in front of an engine. Its model time is prefill of the uncached prompt tokens at this
+    # cost plus decode at `tps` (sim-engine's cost model); `ttft_ms` is then not used.
+    upstream: str | None = None
+    prefill_us_per_token: float = 0.0
+    tool_choice: str = "auto"  # "required" for a real model that must call a tool every turn
 
 
 @dataclass
@@ -37,6 +44,7 @@ class TurnRecord:
     overhead_ms: float  # turn_ms - model_ms: everything that is not model time
     tool_ms: float  # measured time of the tool that answered this turn's call (0 on the last turn)
     timings: dict[str, Any] | None = None  # the server's `hotloop:timing_metrics` event, as sent
+    cached_tokens: int = 0  # prompt tokens the engine found in its prefix cache
 
 
 @dataclass
@@ -53,12 +61,21 @@ def model_ms(ttft_ms: float, tps: float, output_tokens: int) -> float:
     return ttft_ms + max(0, output_tokens - 1) / tps * 1000.0
 
 
+def turn_model_ms(config: AgentLoopConfig, input_tokens: int, cached_tokens: int, output_tokens: int) -> float:
+    """The model's time for one turn: the simulator's fixed ttft, or an upstream engine's prefill of what its
+    prefix cache did not hold, then decode."""
+    if config.upstream is None:
+        return model_ms(config.ttft_ms, config.tps, output_tokens)
+    prefill = max(0, input_tokens - cached_tokens) * config.prefill_us_per_token / 1000.0
+    return model_ms(prefill, config.tps, output_tokens)
+
+
 def request_fields(config: AgentLoopConfig) -> dict[str, Any]:
     return {
-        "model": MODEL,
+        "model": config.model,
         "instructions": INSTRUCTIONS,
         "tools": TOOLS,
-        "tool_choice": "auto",
+        "tool_choice": config.tool_choice,
         "parallel_tool_calls": False,
         "metadata": sim_metadata(config.ttft_ms, config.tps, config.turns - 1),
     }
@@ -70,6 +87,10 @@ async def run_rollout(
     """One scripted rollout: every turn but the last calls a tool, the client runs it (sleeps) and answers."""
     record = RunRecord(mode=client.mode, run=run, e2e_ms=0.0, physical_ms=0.0)
     items = rollout.first_input()
+    if config.upstream is not None:
+        # A new session's own first message: the engine's prefix cache may hold the shared system prompt, not an
+        # earlier run's conversation (every run replays the same texts).
+        items = [user_message(f"Session {uuid.uuid4().hex[:12]}.\n{USER_TASK}")]
     first_context: int | None = None
     start = time.perf_counter()
     for turn in range(rollout.turns):
@@ -78,7 +99,7 @@ async def run_rollout(
         if result.status != "completed":
             raise BenchError(f"{client.mode} turn {turn}: response {result.response_id} is {result.status}")
         calls = [item for item in result.output if item.get("type") == "function_call"]
-        own = model_ms(config.ttft_ms, config.tps, result.output_tokens)
+        own = turn_model_ms(config, result.input_tokens, result.cached_tokens, result.output_tokens)
         entry = TurnRecord(
             turn=turn,
             context_tokens=result.input_tokens,
@@ -89,6 +110,7 @@ async def run_rollout(
             overhead_ms=result.turn_s * 1000.0 - own,
             tool_ms=0.0,
             timings=result.timings,
+            cached_tokens=result.cached_tokens,
         )
         record.turns.append(entry)
         if turn == rollout.turns - 1:
@@ -114,11 +136,13 @@ async def run_agent_loop(
 ) -> dict[str, Any]:
     """All runs of all modes (interleaved run by run, so drift hits every mode alike); the JSON-ready result."""
     progress = progress or Progress(enabled=False)
-    cpt = await chars_per_token(base_url, api_key)
+    cpt = await chars_per_token(base_url, api_key, config.model)
     rollout = Rollout(turns=config.turns, context_tokens=config.context_tokens, chars_per_token=cpt)
     fields = request_fields(config)
     if config.warmup:
-        warm = AgentLoopConfig(turns=2, context_tokens=500, tps=config.tps, tool_ms=0.0, ttft_ms=0.0, runs=1)
+        warm = AgentLoopConfig(
+            turns=2, context_tokens=500, tps=config.tps, tool_ms=0.0, ttft_ms=0.0, runs=1, model=config.model
+        )
         for mode in config.modes:
             client = await open_client(mode, base_url, request_fields(warm), api_key)
             try:
@@ -156,6 +180,8 @@ def summarize(config: AgentLoopConfig, cpt: float, runs: list[RunRecord]) -> dic
                 {
                     "turn": index,
                     "context_tokens": int(median(t.context_tokens for t in rows)),
+                    "cached_tokens": int(median(t.cached_tokens for t in rows)),
+                    "cached_ratio": median(t.cached_tokens / max(1, t.context_tokens) for t in rows),
                     "output_tokens": int(median(t.output_tokens for t in rows)),
                     "ttft_ms": median(ttfts) if ttfts else None,
                     "turn_ms": median(t.turn_ms for t in rows),

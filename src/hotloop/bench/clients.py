@@ -40,6 +40,7 @@ class TurnResult:
     output_tokens: int
     output: list[dict[str, Any]]
     timings: dict[str, Any] | None  # the `hotloop:timing_metrics` event's `timings`, as sent
+    cached_tokens: int = 0  # usage.input_tokens_details.cached_tokens (an upstream engine's prefix cache)
 
 
 class _Tracker:
@@ -77,6 +78,7 @@ class _Tracker:
             output_tokens=int(usage.get("output_tokens", 0)),
             output=list(response.get("output") or []),
             timings=self.timings,
+            cached_tokens=int((usage.get("input_tokens_details") or {}).get("cached_tokens", 0)),
         )
         return True
 
@@ -167,7 +169,8 @@ class HttpChainClient(_HttpClient):
 
 
 class WsClient:
-    """`ws`: one WebSocket, store=false, previous_response_id and only the new items."""
+    """`ws`: one WebSocket, store=false (unless the request fields say otherwise), previous_response_id and only
+    the new items."""
 
     mode = "ws"
 
@@ -190,7 +193,7 @@ class WsClient:
         return cls(connection, request)
 
     async def turn(self, new_items: list[dict[str, Any]]) -> TurnResult:
-        body = {"type": "response.create", **self.request, "input": new_items, "store": False}
+        body = {"type": "response.create", "store": False, **self.request, "input": new_items}
         if self.previous:
             body["previous_response_id"] = self.previous
         frame = _encode(body).decode()

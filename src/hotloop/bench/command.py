@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from hotloop.bench.clients import MODES
+from hotloop.bench.clients import MODES, BenchError
 
 Formatter = argparse.ArgumentDefaultsHelpFormatter
 
@@ -77,7 +77,7 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         description="Benchmarks against hotloop-sim, whose model time is known exactly, so that everything else "
         "(transport, parsing, state, rendering, persistence) shows as overhead. Unless --base-url is given, a "
         "server is started in-process on 127.0.0.1 (uvicorn with uvloop, httptools, websockets-sansio; a "
-        "temporary data directory; hotloop-sim only). Scenarios: agent-loop, overhead; see "
+        "temporary data directory; hotloop-sim only). Scenarios: agent-loop, overhead, load; see "
         "`hotloop bench SCENARIO --help`. docs/benchmarks.md has results and how to read them.",
         formatter_class=Formatter,
     )
@@ -101,6 +101,7 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     loop.add_argument("--ttft-ms", type=_non_negative, default=20.0, help="simulated time to first token (ms)")
     loop.add_argument("--tool-ms", type=_non_negative, default=50.0, help="time each tool call takes (ms)")
     loop.add_argument("--runs", type=_positive(int), default=3, help="rollouts per mode (medians are reported)")
+    _upstream_arguments(loop)
     _common(loop)
     over = scenarios.add_parser(
         "overhead",
@@ -120,6 +121,101 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     over.add_argument("--samples", type=_positive(int), default=30, help="continuations timed per mode and size")
     _common(over)
+    _load_parser(scenarios)
+
+
+def _upstream_arguments(loop: argparse.ArgumentParser) -> None:
+    loop.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="run hotloop in front of this engine (e.g. a `hotloop sim-engine` at http://127.0.0.1:8100/v1) instead "
+        "of hotloop-sim; the engine must call a tool on every turn but the last (sim-engine: --tool-calls >= "
+        "--turns) and pace itself (--tps and --prefill-us-per-token then describe it, for the physical limit)",
+    )
+    loop.add_argument(
+        "--upstream-backend",
+        choices=("tokens", "openai-chat"),
+        default="tokens",
+        help="with --upstream: hotloop sends token ids (tokens) or chat messages (openai-chat)",
+    )
+    loop.add_argument(
+        "--dialect",
+        choices=("vllm", "sglang", "llamacpp"),
+        default="vllm",
+        help="with --upstream-backend tokens: the engine's token-ID API (docs/backends.md)",
+    )
+    loop.add_argument(
+        "--prefill-us-per-token",
+        type=_non_negative,
+        default=50.0,
+        help="with --upstream: the engine's prefill cost per uncached prompt token (sim-engine's flag)",
+    )
+    loop.add_argument(
+        "--upstream-model",
+        metavar="NAME",
+        help="with --upstream: the engine's name for its model (vLLM's served model name); default: any",
+    )
+    loop.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="with --upstream-backend tokens: the engine model's tokenizer.json or model directory (default: "
+        "SmolLM2's, which sim-engine uses)",
+    )
+    loop.add_argument(
+        "--tool-choice",
+        choices=("auto", "required"),
+        default="auto",
+        help="tool_choice of every turn; `required` makes a real model call a tool each turn (the tokens backend "
+        "constrains its output to a call)",
+    )
+
+
+def _counts(raw: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in raw.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError("a comma-separated list of connection counts") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError("each connection count must be at least 1")
+    return counts
+
+
+def _load_parser(scenarios: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    load = scenarios.add_parser(
+        "load",
+        help="many concurrent WebSocket agent sessions: overhead percentiles, CPU, memory, errors",
+        description="Open --connections WebSockets at once (their starts spread over --ramp-s) and run a scripted "
+        "agent rollout of --turns turns on each (hotloop-sim calls a tool every turn but the last; the client "
+        "answers after --tool-ms). Unless --base-url is given, the server runs as its own process (`hotloop "
+        "serve`, hotloop-sim, a temporary data directory), so that the client's CPU is not the server's, and its "
+        "CPU time and peak memory are measured. Reports p50/p99 overhead per turn (turn time seen by the client "
+        "- model time) and the server's own share (pre_inference + post_inference), throughput and errors. "
+        "--sweep runs several connection counts, each against a fresh server, and names the largest with no "
+        "errors and p99 overhead under --p99-target-ms. Exits 1 if any session failed.",
+        formatter_class=Formatter,
+    )
+    load.add_argument("--connections", type=_positive(int), default=200, help="concurrent WebSocket sessions")
+    load.add_argument(
+        "--sweep", type=_counts, metavar="COUNTS", help="comma-separated connection counts to run in turn"
+    )
+    load.add_argument("--turns", type=_positive(int), default=20, help="turns per rollout")
+    load.add_argument("--rollouts", type=_positive(int), default=1, help="rollouts per connection, one after another")
+    load.add_argument("--tps", type=_positive(float), default=1000.0, help="simulated output tokens per second")
+    load.add_argument("--ttft-ms", type=_non_negative, default=20.0, help="simulated time to first token (ms)")
+    load.add_argument("--tool-ms", type=_non_negative, default=50.0, help="time each tool call takes (ms)")
+    load.add_argument(
+        "--context-tokens", type=_positive(int), default=10_000, help="context of a session at its last turn"
+    )
+    load.add_argument("--ramp-s", type=_non_negative, default=1.0, help="sessions start spread over this time")
+    load.add_argument("--store", action="store_true", help="send store=true (every turn is persisted)")
+    load.add_argument("--workers", type=_positive(int), default=1, help="server worker processes")
+    load.add_argument("--store-url", metavar="URL", help="the server's store_url (default: SQLite, a temp dir)")
+    load.add_argument("--p99-target-ms", type=_positive(float), default=5.0, help="the p99 overhead to stay under")
+    load.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    load.add_argument("--base-url", metavar="URL", help="load a running server (e.g. http://127.0.0.1:8000/v1) instead")
+    load.add_argument("--server-pid", type=int, metavar="PID", help="with --base-url: measure this process's CPU")
+    load.add_argument("--api-key", metavar="KEY", help="bearer key for --base-url, if the server wants one")
+    load.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -128,6 +224,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from hotloop.bench.progress import Progress
 
     progress = Progress(enabled=not args.quiet)
+    failed = False
     try:
         if args.scenario == "agent-loop":
             from hotloop.bench.agent_loop import AgentLoopConfig, run_agent_loop
@@ -140,11 +237,18 @@ def run_bench(args: argparse.Namespace) -> int:
                 ttft_ms=args.ttft_ms,
                 modes=args.modes,
                 runs=args.runs,
+                **_upstream_config(args),
             )
             result = _with_server(args, lambda url: run_agent_loop(url, config, args.api_key, progress))
             print(report.agent_loop_table(result))
             if args.plot:
                 report.plot_agent_loop(result, args.plot)
+        elif args.scenario == "load":
+            from hotloop.bench.load import any_errors
+
+            result = _run_load(args, progress)
+            print(report.load_table(result))
+            failed = any_errors(result)
         else:
             from hotloop.bench.overhead import OverheadConfig, run_overhead
 
@@ -159,17 +263,71 @@ def run_bench(args: argparse.Namespace) -> int:
         return 1
     if args.json:
         report.write_json(result, args.json)
-    return 0
+    return 1 if failed else 0
+
+
+def _run_load(args: argparse.Namespace, progress: Any) -> dict[str, Any]:
+    """Each connection count against a fresh server process (or against --base-url)."""
+    from hotloop.bench.load import LoadConfig, load_result, run_load
+    from hotloop.bench.server_process import ServerProcess
+
+    runs = []
+    for count in args.sweep or (args.connections,):
+        config = LoadConfig(
+            connections=count,
+            turns=args.turns,
+            tps=args.tps,
+            ttft_ms=args.ttft_ms,
+            tool_ms=args.tool_ms,
+            context_tokens=args.context_tokens,
+            ramp_s=args.ramp_s,
+            rollouts=args.rollouts,
+            store=args.store,
+        )
+        if args.base_url:
+            runs.append(_run(run_load(args.base_url, config, args.api_key, progress, args.server_pid)))
+            continue
+        settings: dict[str, Any] = {"workers": args.workers, "max_connections_per_key": count + 16}
+        settings["max_connections"] = count + 16
+        if args.store_url:
+            settings["store_url"] = args.store_url
+        with ServerProcess(**settings) as server:
+            runs.append(_run(run_load(server.base_url, config, None, progress, server.process.pid)))
+    progress.done()
+    return load_result(config, runs, args.p99_target_ms, args.workers)
+
+
+def _upstream_config(args: argparse.Namespace) -> dict[str, Any]:
+    if not args.upstream:
+        return {}
+    from hotloop.bench.server import UPSTREAM_MODEL
+
+    return {
+        "model": UPSTREAM_MODEL,
+        "upstream": args.upstream,
+        "prefill_us_per_token": args.prefill_us_per_token,
+        "tool_choice": args.tool_choice,
+    }
 
 
 def _with_server(
     args: argparse.Namespace, scenario: Callable[[str], Coroutine[Any, Any, dict[str, Any]]]
 ) -> dict[str, Any]:
+    upstream_url = getattr(args, "upstream", None)
     if args.base_url:
+        if upstream_url:
+            raise BenchError("--upstream starts its own hotloop: not with --base-url")
         return _run(scenario(args.base_url))
     from hotloop.bench.server import InProcessServer
+    from hotloop.config import Upstream
 
-    with InProcessServer() as server:
+    upstream = None
+    if upstream_url:
+        extra = {"upstream_model": args.upstream_model} if args.upstream_model else {}
+        if args.tokenizer:
+            extra["tokenizer"] = args.tokenizer
+        upstream = Upstream(backend=args.upstream_backend, url=upstream_url, dialect=args.dialect, retries=0, **extra)
+    with InProcessServer(upstream=upstream) as server:
         return _run(scenario(server.base_url))
 
 

@@ -67,10 +67,12 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 def agent_loop_table(result: dict[str, Any]) -> str:
     config = result["config"]
+    upstream = config.get("upstream")
+    pacing = f"prefill {config['prefill_us_per_token']:g} us/token" if upstream else f"ttft {config['ttft_ms']:g} ms"
     head = (
         f"agent-loop: {config['turns']} turns, context to ~{config['context_tokens']} tokens, "
-        f"{config['tps']:g} tok/s, ttft {config['ttft_ms']:g} ms, tool {config['tool_ms']:g} ms, "
-        f"medians over {config['runs']} run(s)"
+        f"{config['tps']:g} tok/s, {pacing}, tool {config['tool_ms']:g} ms, "
+        f"medians over {config['runs']} run(s)" + (f", hotloop in front of {upstream}" if upstream else "")
     )
     header = [
         "mode",
@@ -102,11 +104,25 @@ def agent_loop_table(result: dict[str, Any]) -> str:
             ]
         )
     ratios = "\n".join(f"  {name}: {_fmt(value, 3)}" for name, value in result["ratios"].items())
-    legend = (
-        "overhead = turn time seen by the client - model time (ttft + (output_tokens-1)/tps); "
-        "first/last: at the first/last turn"
-    )
-    return f"{head}\n{_table(header, rows)}\n{legend}\nratios (medians):\n{ratios}"
+    model = "(uncached input x prefill + (output_tokens-1)/tps)" if upstream else "(ttft + (output_tokens-1)/tps)"
+    legend = f"overhead = turn time seen by the client - model time {model}; first/last: at the first/last turn"
+    text = f"{head}\n{_table(header, rows)}\n{legend}\nratios (medians):\n{ratios}"
+    return text + ("\n" + cached_table(result) if upstream else "")
+
+
+def cached_table(result: dict[str, Any]) -> str:
+    """Per turn: the context and the share of it the engine found in its prefix cache, per mode."""
+    modes = list(result["modes"])
+    header = ["turn", *(f"{mode} {stat}" for mode in modes for stat in ("ctx", "cached"))]
+    rows = []
+    turns = min(len(result["modes"][mode]["per_turn_median"]) for mode in modes)
+    for index in range(turns):
+        row = [str(index)]
+        for mode in modes:
+            entry = result["modes"][mode]["per_turn_median"][index]
+            row += [str(entry["context_tokens"]), f"{entry['cached_ratio'] * 100:.1f}%"]
+        rows.append(row)
+    return "cached-token ratio per turn (engine prefix cache hits / prompt tokens, medians):\n" + _table(header, rows)
 
 
 def overhead_table(result: dict[str, Any]) -> str:
@@ -124,6 +140,55 @@ def overhead_table(result: dict[str, Any]) -> str:
     ratios = "\n".join(f"  {name}: {_fmt(value, 3)}" for name, value in result["ratios"].items())
     head = f"overhead: per-turn time of a small continuation, {result['config']['samples']} samples per mode and size"
     return f"{head}\n{_table(header, rows)}\nratios (medians):\n{ratios}"
+
+
+def load_table(result: dict[str, Any]) -> str:
+    config = result["config"]
+    head = (
+        f"load: WebSocket agent sessions, {config['rollouts']} x {config['turns']} turns each, context to "
+        f"~{config['context_tokens']} "
+        f"tokens, {config['tps']:g} tok/s, ttft {config['ttft_ms']:g} ms, tool {config['tool_ms']:g} ms, "
+        f"store {str(config['store']).lower()}, {config['workers']} server worker(s)"
+    )
+    header = ["connections", "turns", "errors", "overhead p50/p99 ms", "server p50/p99 ms", "connect p50/p99 ms"]
+    header += ["ttft p50 ms"]
+    header += ["turns/s", "server CPU s", "CPU %", "peak RSS MiB", "client CPU s", "wall s", "loadavg"]
+    rows = []
+    for run in result["runs"]:
+        over, server = run["overhead_ms"], run["server_ms"]
+        rows.append(
+            [
+                str(run["connections"]),
+                f"{run['turns']}/{run['turns_expected']}",
+                str(run["errors"]),
+                f"{_fmt(over['p50'], 2)} / {_fmt(over['p99'], 2)}",
+                f"{_fmt(server['p50'], 2)} / {_fmt(server['p99'], 2)}",
+                f"{_fmt(run['connect_ms']['p50'], 0)} / {_fmt(run['connect_ms']['p99'], 0)}",
+                _fmt(run["ttft_ms"]["p50"], 2),
+                _fmt(run["turns_per_s"], 0),
+                _fmt(run["server_cpu_s"], 2),
+                _fmt(run["server_cpu_percent"], 0),
+                _fmt(run["server_peak_rss_mib"], 0),
+                _fmt(run["client_cpu_s"], 2),
+                _fmt(run["wall_s"], 2),
+                "/".join(_fmt(value, 1) for value in run["loadavg_1m"]),
+            ]
+        )
+    target = config["p99_target_ms"]
+    largest = result["largest_connections_under_target"]
+    largest_server = result["largest_connections_under_target_server"]
+    legend = (
+        "overhead = turn time seen by the client - model time; server = pre_inference + post_inference of the "
+        "hotloop:timing_metrics event; connect: WebSocket opening handshake; loadavg: the machine's 1-minute load "
+        "average before/after the run"
+    )
+    verdict = (
+        f"largest connection count with no errors and p99 < {target:g} ms: overhead {largest or 'none'}, "
+        f"server {largest_server or 'none'}"
+    )
+    errors = [message for run in result["runs"] for message in run["error_messages"]]
+    tail = "".join(f"\n  error: {message}" for message in errors[:10])
+    return f"{head}\n{_table(header, rows)}\n{legend}\n{verdict}{tail}"
 
 
 def write_json(result: dict[str, Any], path: str) -> None:

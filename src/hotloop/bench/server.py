@@ -1,22 +1,26 @@
-"""The benchmark's own server: hotloop in a thread on 127.0.0.1 (a free port), hotloop-sim only, a temporary
-data directory; a context manager."""
+"""The benchmark's own server: hotloop in a thread on 127.0.0.1 (a free port), a temporary data directory, and
+hotloop-sim only, or one upstream model (`hotloop bench agent-loop --upstream`); a context manager."""
 
 from __future__ import annotations
 
 import tempfile
 from types import TracebackType
 
-from hotloop.config import Settings
+from hotloop.config import Settings, Upstream
 from hotloop.transports.server import ThreadedServer
+
+UPSTREAM_MODEL = "upstream"
 
 
 class InProcessServer:
-    def __init__(self, log_level: str = "warning") -> None:
+    def __init__(self, log_level: str = "warning", upstream: Upstream | None = None) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="hotloop-bench-")
+        model = "hotloop-sim" if upstream is None else UPSTREAM_MODEL
         settings = Settings(
             data_dir=self._tmp.name,
-            models=["hotloop-sim"],
-            default_model="hotloop-sim",
+            models=[model],
+            default_model=model,
+            upstreams={} if upstream is None else {UPSTREAM_MODEL: upstream},
             host="127.0.0.1",
             port=0,
             log_level=log_level,

@@ -7,7 +7,9 @@ from typing import Any
 from hotloop.bench.scenario import CHARS_PER_TOKEN, MODEL, tool_text, user_message
 
 
-async def chars_per_token(base_url: str, api_key: str | None = None, sample_chars: int = 40_000) -> float:
+async def chars_per_token(
+    base_url: str, api_key: str | None = None, model: str = MODEL, sample_chars: int = 40_000
+) -> float:
     """Measured with POST /v1/responses/input_tokens on a sample of tool output; the ~4.0 assumption on failure."""
     import httpx
 
@@ -15,7 +17,7 @@ async def chars_per_token(base_url: str, api_key: str | None = None, sample_char
     text = tool_text(424242, sample_chars)
 
     def body(content: str) -> dict[str, Any]:
-        return {"model": MODEL, "input": [user_message(content)]}
+        return {"model": model, "input": [user_message(content)]}
 
     try:
         async with httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=60) as http:

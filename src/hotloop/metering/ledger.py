@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from itertools import islice
 
-from hotloop.metering.records import UsageRecord
+from hotloop.metering.records import UsageRecord, UsageTotals
 
 log = logging.getLogger("hotloop.ledger")
 
@@ -47,6 +47,8 @@ class Ledger:
         self.written = 0
         self.rejected = 0
         self.failures = 0
+        # Running totals per owner since this process started (the console's "ledger per key").
+        self.totals_by_owner: dict[str, UsageTotals] = {}
 
     @property
     def backlog(self) -> int:
@@ -70,12 +72,22 @@ class Ledger:
                 log.error("usage record for %s after the ledger was drained: not written", rec.response_id)
                 return False
             self._buffer.append((time.monotonic(), rec))
+            self._count(rec)
             if len(self._buffer) == 1 or len(self._buffer) >= self.batch:
                 self._wake.set()
             return True
         except Exception:  # pragma: no cover - an append and an Event.set do not fail; the caller must not see it
             log.exception("could not buffer usage record")
             return False
+
+    def _count(self, rec: UsageRecord) -> None:
+        totals = self.totals_by_owner.get(rec.owner)
+        if totals is None:
+            totals = self.totals_by_owner[rec.owner] = UsageTotals()
+        totals.responses += 1
+        totals.input_tokens += rec.input_tokens
+        totals.cached_tokens += rec.cached_tokens
+        totals.output_tokens += rec.output_tokens
 
     async def drain(self, timeout: float | None = None) -> None:
         """Write everything buffered, then stop (idempotent). Past `timeout` the writer stops and what is left is

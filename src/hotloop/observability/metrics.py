@@ -7,6 +7,7 @@ collector, so the hot path only bumps plain integers.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -21,10 +22,99 @@ CacheReading = Callable[[], dict[str, tuple[int, int]]]  # cache name -> (hits, 
 GaugeReading = Callable[[], dict[str, float]]
 
 
+class CacheSize(NamedTuple):
+    """What a bounded cache holds now and has dropped for space since start."""
+
+    bytes: int
+    max_bytes: int
+    entries: int
+    evictions: int
+
+
+SizeReading = Callable[[], dict[str, CacheSize]]
+
+
+class ReplicaReading(NamedTuple):
+    """One upstream replica (backends/routing.py): health, load and routing decisions so far."""
+
+    model: str
+    replica: str
+    up: bool
+    in_flight: int
+    routes: dict[str, int]  # decision (sticky, fallback, new) -> count
+
+
+ReplicaReadings = Callable[[], list[ReplicaReading]]
+
+
+class KVReading(NamedTuple):
+    """An in-process model's KV state reuse (backends/kv_state.py), counted per prompt since start."""
+
+    model: str
+    live: int  # prompts that reused a prefix left in the context by the previous request
+    snapshot: int  # prompts that restored a snapshot of an earlier chain
+    cold: int  # prompts evaluated from their first token
+    reused_tokens: int  # prompt tokens not evaluated (usage `cached_tokens`)
+    prefilled_tokens: int  # prompt tokens evaluated
+    snapshots: CacheSize
+
+
+KVReadings = Callable[[], list[KVReading]]
+
+
+class _KVState(Collector):
+    def __init__(self, reading: KVReadings) -> None:
+        self._reading = reading
+
+    def collect(self) -> Iterator[Metric]:
+        prompts = CounterMetricFamily(
+            "hotloop_kv_prompts", "Prompts by where their reused KV prefix came from.", labels=["model", "source"]
+        )
+        tokens = CounterMetricFamily(
+            "hotloop_kv_prompt_tokens", "Prompt tokens reused from KV state or prefilled.", labels=["model", "kind"]
+        )
+        held = GaugeMetricFamily("hotloop_kv_snapshot_bytes", "Bytes of KV state snapshots held.", labels=["model"])
+        bound = GaugeMetricFamily("hotloop_kv_snapshot_max_bytes", "Byte bound of the snapshots.", labels=["model"])
+        count = GaugeMetricFamily("hotloop_kv_snapshots", "KV state snapshots held.", labels=["model"])
+        evictions = CounterMetricFamily(
+            "hotloop_kv_snapshot_evictions", "Snapshots dropped to stay within the bound (LRU).", labels=["model"]
+        )
+        for kv in self._reading():
+            for source, n in (("live", kv.live), ("snapshot", kv.snapshot), ("none", kv.cold)):
+                prompts.add_metric([kv.model, source], n)
+            tokens.add_metric([kv.model, "reused"], kv.reused_tokens)
+            tokens.add_metric([kv.model, "prefilled"], kv.prefilled_tokens)
+            held.add_metric([kv.model], kv.snapshots.bytes)
+            bound.add_metric([kv.model], kv.snapshots.max_bytes)
+            count.add_metric([kv.model], kv.snapshots.entries)
+            evictions.add_metric([kv.model], kv.snapshots.evictions)
+        yield from (prompts, tokens, held, bound, count, evictions)
+
+
+class _Replicas(Collector):
+    def __init__(self, reading: ReplicaReadings) -> None:
+        self._reading = reading
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["model", "replica"]
+        routes = CounterMetricFamily(
+            "hotloop_upstream_routes", "Upstream routing decisions by replica.", labels=[*labels, "decision"]
+        )
+        up = GaugeMetricFamily("hotloop_upstream_replica_up", "1: the replica is healthy; 0: down.", labels=labels)
+        busy = GaugeMetricFamily("hotloop_upstream_replica_in_flight", "Requests in flight per replica.", labels=labels)
+        for reading in self._reading():
+            for decision, count in reading.routes.items():
+                routes.add_metric([reading.model, reading.replica, decision], count)
+            up.add_metric([reading.model, reading.replica], 1 if reading.up else 0)
+            busy.add_metric([reading.model, reading.replica], reading.in_flight)
+        yield from (routes, up, busy)
+
+
 class _Readings(Collector):
-    def __init__(self, caches: CacheReading, gauges: GaugeReading) -> None:
+    def __init__(self, caches: CacheReading, gauges: GaugeReading, sizes: SizeReading | None) -> None:
         self._caches = caches
         self._gauges = gauges
+        self._sizes = sizes
 
     def collect(self) -> Iterator[Metric]:
         lookups = CounterMetricFamily(
@@ -34,8 +124,25 @@ class _Readings(Collector):
             lookups.add_metric([cache, "hit"], hits)
             lookups.add_metric([cache, "miss"], misses)
         yield lookups
+        if self._sizes is not None:
+            yield from _size_families(self._sizes())
         for name, value in self._gauges().items():
             yield GaugeMetricFamily(f"hotloop_{name}", name.replace("_", " ").capitalize() + ".", value=value)
+
+
+def _size_families(sizes: dict[str, CacheSize]) -> Iterator[Metric]:
+    held = GaugeMetricFamily("hotloop_cache_bytes", "Estimated bytes held by each bounded cache.", labels=["cache"])
+    bound = GaugeMetricFamily("hotloop_cache_max_bytes", "Byte bound of each cache.", labels=["cache"])
+    entries = GaugeMetricFamily("hotloop_cache_entries", "Entries held by each bounded cache.", labels=["cache"])
+    evictions = CounterMetricFamily(
+        "hotloop_cache_evictions", "Entries each cache dropped to stay within its bound (LRU).", labels=["cache"]
+    )
+    for cache, size in sizes.items():
+        held.add_metric([cache], size.bytes)
+        bound.add_metric([cache], size.max_bytes)
+        entries.add_metric([cache], size.entries)
+        evictions.add_metric([cache], size.evictions)
+    yield from (held, bound, entries, evictions)
 
 
 class Metrics:
@@ -62,6 +169,18 @@ class Metrics:
             ["transport"],
             registry=self.registry,
         )
+        self.generations_cancelled = Counter(
+            "hotloop_generations_cancelled",
+            "Backend generations stopped early: the client went away or the response was cancelled.",
+            ["transport"],
+            registry=self.registry,
+        )
+        self.backend_failures = Counter(
+            "hotloop_backend_failures",
+            "Responses failed by the backend: `timeout` (no delta within backend_timeout_s) or `error` (it raised).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.safety = Counter(
             "hotloop_safety_verdicts",
             "Safety verdicts by classifier and verdict.",
@@ -76,9 +195,17 @@ class Metrics:
         if not result.findings:
             self.safety.labels("all", "allow").inc()
 
-    def watch(self, caches: CacheReading, gauges: GaugeReading) -> None:
-        """Register the scrape-time readings (caches' hits and misses, backlog and sizes)."""
-        self.registry.register(_Readings(caches, gauges))
+    def watch(self, caches: CacheReading, gauges: GaugeReading, sizes: SizeReading | None = None) -> None:
+        """Register the scrape-time readings (caches' hits and misses, backlog and sizes, bounded caches)."""
+        self.registry.register(_Readings(caches, gauges, sizes))
+
+    def watch_replicas(self, reading: ReplicaReadings) -> None:
+        """Register the upstream replicas' routing counts and health (read at scrape time)."""
+        self.registry.register(_Replicas(reading))
+
+    def watch_kv(self, reading: KVReadings) -> None:
+        """Register the in-process models' KV state reuse (read at scrape time)."""
+        self.registry.register(_KVState(reading))
 
     def observe(self, timings: StageTimings) -> None:
         for stage, seconds in timings.seconds.items():

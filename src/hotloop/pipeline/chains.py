@@ -2,43 +2,50 @@
 response on this replica skips the store read and renders only its new input, as a WebSocket continuation does.
 
 Only chains stored from their first response enter: a `store: false` response, or a stored child of one, carries
-context that never leaves its connection (protocol.md §3.8.5). An entry answers only its owner; LRU with a fixed
-number of entries.
+context that never leaves its connection (protocol.md §3.8.5). An entry answers only its owner. LRU, bounded in
+entries (`chain_cache_entries`) and in bytes (`chain_cache_bytes`); an evicted chain is loaded from the store.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
+from hotloop.pipeline.budget import StateLRU
 from hotloop.pipeline.context import ChainState
 
 
 class ChainCache:
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
         self.max_entries = max_entries
-        self._entries: OrderedDict[str, ChainState] = OrderedDict()
+        self._states: StateLRU[str] = StateLRU(max_bytes, max_entries)
         self.hits = 0
         self.misses = 0
 
     def get(self, response_id: str, owner: str) -> ChainState | None:
-        state = self._entries.get(response_id)
+        state = self._states.peek(response_id)
         if state is None or state.owner != owner:
             self.misses += 1
             return None
-        self._entries.move_to_end(response_id)
+        self._states.touch(response_id)
         self.hits += 1
         return state
 
     def put(self, state: ChainState) -> None:
-        if self.max_entries <= 0 or not state.stored_chain:
-            return
-        self._entries[state.response.id] = state
-        self._entries.move_to_end(state.response.id)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        if self.max_entries > 0 and state.stored_chain:
+            self._states.put(state.response.id, state)
 
     def forget(self, response_id: str) -> None:
-        self._entries.pop(response_id, None)
+        self._states.pop(response_id)
+
+    @property
+    def bytes(self) -> int:
+        return self._states.bytes
+
+    @property
+    def max_bytes(self) -> int:
+        return self._states.max_bytes
+
+    @property
+    def evictions(self) -> int:
+        return self._states.evictions
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._states)

@@ -14,10 +14,10 @@ import msgspec
 
 from hotloop.errors import MissingParam, ServerError
 from hotloop.ids import new_id
+from hotloop.pipeline.prepare import start_turn
 from hotloop.pipeline.sealing import seal
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Session
-from hotloop.pipeline.turn import start_turn
 from hotloop.wire.items import Compaction, ContextItem, Message, item_to_builtins, output_text
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import Usage

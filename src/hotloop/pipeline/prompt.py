@@ -29,7 +29,12 @@ def render_prompt(
     parent: ChainState | None,
     new_items: list[ContextItem],
 ) -> tuple[array[int], Rendered | None]:
-    """The prompt's token ids and the rendered state a continuation of this turn can extend."""
+    """The prompt's token ids and the rendered state a continuation of this turn can extend.
+
+    A model whose backend takes messages (an upstream engine) gets no tokens: its engine renders and tokenizes.
+    """
+    if model.takes_messages:
+        return array("i"), None
     specs = choice.tools.specs if choice.mode != "none" else ()
     source = (request.instructions, specs)
     reusable = parent.rendered if parent is not None else None

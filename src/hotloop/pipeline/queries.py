@@ -12,7 +12,7 @@ from hotloop.errors import InvalidParam, NotFound
 from hotloop.metering.records import UsageRecord, UsageTotals
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Session
-from hotloop.wire.items import item_to_builtins
+from hotloop.wire.items import ContextItem, item_to_builtins
 from hotloop.wire.response import TERMINAL_STATUSES, DeletedResponse, Response
 
 
@@ -40,6 +40,17 @@ class UsageList(msgspec.Struct):
     has_more: bool
     totals: UsageTotals
     object: str = "list"
+
+
+def item_list(items: list[ContextItem], has_more: bool) -> ItemList:
+    """A page of items as the list endpoints send it (`first_id`/`last_id` are the page's ends)."""
+    data = [item_to_builtins(item) for item in items]
+    return ItemList(
+        data=data,
+        first_id=data[0].get("id") if data else None,
+        last_id=data[-1].get("id") if data else None,
+        has_more=has_more,
+    )
 
 
 def _not_found(response_id: str) -> NotFound:
@@ -97,10 +108,7 @@ async def input_items(
     page = await service.store.input_items(session.owner, response_id, after=after, limit=limit, order=order)
     if page is None:
         raise _not_found(response_id)
-    data = [item_to_builtins(item) for item in page.items]
-    first = data[0].get("id") if data else None
-    last = data[-1].get("id") if data else None
-    return ItemList(data=data, first_id=first, last_id=last, has_more=page.has_more)
+    return item_list(page.items, page.has_more)
 
 
 async def cancel_response(service: Service, session: Session, response_id: str) -> Response:

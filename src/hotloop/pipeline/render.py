@@ -152,11 +152,21 @@ def _item_message(item: ContextItem, param: str) -> tuple[str, str] | None:
     if isinstance(item, Reasoning):
         return None
     if isinstance(item, Compaction):
-        summary = sealing.peek(item.encrypted_content)
-        return "user", "[earlier conversation, compacted]" + ("\n" + summary if summary else "")
+        return "user", compaction_text(item)
     if isinstance(item, OtherItem):
-        return "user", f"[{item.raw.get('type')}] {json.dumps(item.raw)}"
+        return "user", other_item_text(item)
     return None
+
+
+def compaction_text(item: Compaction) -> str:
+    """A compaction as a user message: a marker, then the summary sealed in it (backends/chat_messages.py too)."""
+    summary = sealing.peek(item.encrypted_content)
+    return "[earlier conversation, compacted]" + ("\n" + summary if summary else "")
+
+
+def other_item_text(item: OtherItem) -> str:
+    """An item without a slot in the template (web_search_call, …), shown as its JSON."""
+    return f"[{item.raw.get('type')}] {json.dumps(item.raw)}"
 
 
 Chat = dict[str, str]  # one template message: {"role", "content"}

@@ -6,6 +6,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import os
 import secrets
 from pathlib import Path
 
@@ -18,8 +19,17 @@ def load_secret(data_dir: Path) -> bytes:
     """The persistent server secret: created once, so blobs stay valid across restarts."""
     path = data_dir / SECRET_FILE
     if not path.exists():
-        path.write_bytes(secrets.token_bytes(32))
-        path.chmod(0o600)
+        # Replicas starting together on one data_dir must end up with one key: each writes a candidate aside and
+        # links it into place, which only the first link does; everyone then reads the winner.
+        candidate = data_dir / f".{SECRET_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
+        candidate.write_bytes(secrets.token_bytes(32))
+        candidate.chmod(0o600)
+        try:
+            os.link(candidate, path)
+        except FileExistsError:
+            pass
+        finally:
+            candidate.unlink()
     return path.read_bytes()
 
 

@@ -4,14 +4,18 @@ responses."""
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
 
 from hotloop.config import Settings
 from hotloop.metering.ledger import Ledger
 from hotloop.models import ModelRegistry
-from hotloop.observability.metrics import Metrics
+from hotloop.observability.metrics import CacheSize, Metrics
+from hotloop.pipeline.budget import StateLRU
 from hotloop.pipeline.chains import ChainCache
-from hotloop.pipeline.session import Session
+from hotloop.pipeline.drain import Drain
+from hotloop.pipeline.limits import ConnectionSlots, RateLimiter
+from hotloop.pipeline.session import Lane, Session
 from hotloop.pipeline.tokens import PromptRenderer, TokenCache
 from hotloop.safety import SafetyStage
 from hotloop.stores.base import Store
@@ -32,6 +36,7 @@ class Service:
         self, settings: Settings, models: ModelRegistry, store: Store, secret: bytes, ledger: Ledger | None = None
     ) -> None:
         self.settings = settings
+        self.started_at = time.time()
         self.models = models
         self.store = store
         self.secret = secret
@@ -40,14 +45,22 @@ class Service:
         self.sessions: weakref.WeakSet[Session] = weakref.WeakSet()
         self.background: dict[str, asyncio.Task[None]] = {}
         self.renderer = PromptRenderer(TokenCache(settings.token_cache_bytes))
-        self.chains = ChainCache(settings.chain_cache_entries)
+        self.chains = ChainCache(settings.chain_cache_entries, settings.chain_cache_bytes)
         self.connection_cache = CacheCounter()  # previous_response_id found in the connection's own cache
+        # Every WebSocket connection's lane entries together, LRU under one byte bound (docs/reliability.md).
+        self.connection_states: StateLRU[tuple[int, Lane]] = StateLRU(settings.connection_cache_bytes)
+        # Admission (docs/operations.md): per-key rate limits, WebSocket connection slots, the shutdown drain.
+        self.rate_limiter = RateLimiter(settings.rate_limit_rpm, settings.rate_limit_tpm)
+        self.connection_slots = ConnectionSlots(settings.max_connections, settings.max_connections_per_key)
+        self.drain = Drain()
         # Raises ValueError for a bad setting, so the server refuses to start (docs/safety.md).
         self.safety = SafetyStage.from_actions(
             {"secrets": settings.safety_secrets, "injection": settings.safety_injection}
         )
         self.metrics = Metrics()
-        self.metrics.watch(self._cache_readings, self._gauge_readings)
+        self.metrics.watch(self._cache_readings, self._gauge_readings, self._cache_sizes)
+        self.metrics.watch_replicas(models.replica_readings)
+        self.metrics.watch_kv(models.kv_readings)
 
     def _cache_readings(self) -> dict[str, tuple[int, int]]:
         stats = self.renderer.stats
@@ -57,6 +70,14 @@ class Service:
             "render_state": (stats.chain_hits, stats.full_renders),
             "tokens": (stats.cache_hits, stats.cache_misses),
             "safety": (self.safety.cache_hits, self.safety.cache_misses),
+        }
+
+    def _cache_sizes(self) -> dict[str, CacheSize]:
+        tokens, states = self.renderer.cache, self.connection_states
+        return {
+            "chain": CacheSize(self.chains.bytes, self.chains.max_bytes, len(self.chains), self.chains.evictions),
+            "connection": CacheSize(states.bytes, states.max_bytes, len(states), states.evictions),
+            "tokens": CacheSize(tokens.bytes, tokens.max_bytes, len(tokens), tokens.evictions),
         }
 
     def _gauge_readings(self) -> dict[str, float]:
@@ -71,7 +92,7 @@ class Service:
         }
 
     def session(self, owner: str, *, caching: bool) -> Session:
-        session = Session(owner, caching=caching)
+        session = Session(owner, caching=caching, budget=self.connection_states)
         if caching:
             self.sessions.add(session)
         return session
@@ -83,8 +104,10 @@ class Service:
             session.forget(response_id)
 
     def start(self) -> None:
-        """Start the background parts (the ledger's writer); called once the event loop runs."""
+        """Start the background parts (the ledger's writer, the store's sweeper and deletion feed); called once the
+        event loop runs."""
         self.ledger.start()
+        self.store.start(self.forget)  # a response deleted or expired on any replica leaves this one's caches
 
     async def close(self) -> None:
         for task in list(self.background.values()):

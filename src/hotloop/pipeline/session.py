@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
+import time
+import weakref
+from collections.abc import Hashable
 
+from hotloop.pipeline.budget import StateLRU
 from hotloop.pipeline.context import ChainState
 
 Lane = str | None  # None is the default lane
+_SESSION_IDS = itertools.count()
 
 
 def owner_of(api_key: str | None, keys_configured: bool) -> str:
@@ -17,42 +23,77 @@ def owner_of(api_key: str | None, keys_configured: bool) -> str:
 
 
 class Session:
-    """One client context: an HTTP request (no cache) or a WebSocket connection (a cache entry per lane)."""
+    """One client context: an HTTP request (no cache) or a WebSocket connection (a cache entry per lane).
 
-    def __init__(self, owner: str, *, caching: bool) -> None:
+    With a `budget` (the process-wide `StateLRU` of every connection's lanes, `connection_cache_bytes`), a lane's
+    entry may be evicted for space: its next continuation then resolves from the store, or gets
+    `previous_response_not_found` for a `store: false` chain, as for any cache miss (§3.8.2).
+    """
+
+    def __init__(self, owner: str, *, caching: bool, budget: StateLRU[tuple[int, Lane]] | None = None) -> None:
         self.owner = owner
         self.caching = caching
+        self.opened_at = time.time()
         self._lanes: dict[Lane, ChainState] = {}
+        self._budget = budget if caching else None
+        self._id = next(_SESSION_IDS)
 
     def cached(self, response_id: str) -> ChainState | None:
         """A lane's latest response by id, from any lane (a fork, §3.5)."""
-        for state in self._lanes.values():
+        for lane, state in self._lanes.items():
             if state.response.id == response_id:
+                self._touch(lane)
                 return state
         return None
 
     def latest(self, lane: Lane) -> ChainState | None:
-        return self._lanes.get(lane)
+        state = self._lanes.get(lane)
+        if state is not None:
+            self._touch(lane)
+        return state
 
     def remember(self, lane: Lane, state: ChainState) -> None:
         """A new response on a lane replaces that lane's entry (§3.8.4)."""
-        if self.caching:
-            self._lanes[lane] = state
+        if not self.caching:
+            return
+        self._lanes[lane] = state
+        budget = self._budget
+        if budget is not None and not budget.put((self._id, lane), state, weakref.WeakMethod(self._evicted)):
+            self._lanes.pop(lane, None)  # bigger than the whole budget: not kept
 
     def evict(self, lane: Lane, response_id: str) -> None:
         """A failed continuation evicts its parent from the requesting lane only (§3.8.3)."""
         state = self._lanes.get(lane)
         if state is not None and state.response.id == response_id:
-            del self._lanes[lane]
+            self._drop(lane)
 
     def forget(self, response_id: str) -> None:
         """A deleted response is no longer continuable anywhere (§1.8)."""
         for lane, state in list(self._lanes.items()):
             if state.response.id == response_id:
-                del self._lanes[lane]
+                self._drop(lane)
 
     def clear(self) -> None:
-        self._lanes.clear()
+        for lane in list(self._lanes):
+            self._drop(lane)
+
+    def lanes(self) -> dict[Lane, ChainState]:
+        """Each lane's latest response (a copy: the console reads it while turns run)."""
+        return dict(self._lanes)
 
     def contexts(self) -> list[ChainState]:
         return list(self._lanes.values())
+
+    def _drop(self, lane: Lane) -> None:
+        del self._lanes[lane]
+        if self._budget is not None:
+            self._budget.pop((self._id, lane))
+
+    def _touch(self, lane: Lane) -> None:
+        if self._budget is not None:
+            self._budget.touch((self._id, lane))
+
+    def _evicted(self, key: Hashable) -> None:
+        """The budget evicted one of this connection's lanes for space (least recently used in the process)."""
+        if isinstance(key, tuple):
+            self._lanes.pop(key[1], None)

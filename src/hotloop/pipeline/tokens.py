@@ -45,6 +45,7 @@ class TokenCache:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
+        self.evictions = 0  # entries dropped for space (the metric hotloop_cache_evictions_total)
         self._entries: OrderedDict[bytes, array[int]] = OrderedDict()
 
     @staticmethod
@@ -70,6 +71,7 @@ class TokenCache:
         while self.bytes > self.max_bytes:
             _, evicted = self._entries.popitem(last=False)
             self.bytes -= len(evicted) * 4 + _ENTRY_OVERHEAD
+            self.evictions += 1
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -1,8 +1,6 @@
-"""One turn, the single entry point both transports call: `start_turn(...)` then `turn.events()`.
-
-`start_turn` runs every pre-inference stage (validate → resolve previous state → normalize → render) and raises
-a `HotloopError` before anything is sent; `Turn.events()` streams the response's events and finishes it (cache,
-persist) before its terminal event leaves, so a stored response is readable once a client has seen it end.
+"""A turn once it is prepared (pipeline/prepare.py `start_turn`): `Turn.events()` streams the response's events,
+generation included, and finishes it (cache, persist, meter) before its terminal event leaves, so a stored
+response is readable once a client has seen it end.
 """
 
 from __future__ import annotations
@@ -10,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
 import msgspec
 
 from hotloop.backends.base import (
+    BackendError,
     Finished,
     GenerationRequest,
     TextDelta,
@@ -24,20 +22,16 @@ from hotloop.backends.base import (
     ToolCallEnd,
     ToolCallStart,
 )
-from hotloop.errors import HotloopError
-from hotloop.ids import new_id
 from hotloop.metering.records import record_for
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
 from hotloop.pipeline.context import ChainState, Context
-from hotloop.pipeline.normalize import normalize_input
-from hotloop.pipeline.prompt import render_prompt
-from hotloop.pipeline.resolve import CONTINUABLE, count_calls, expand_references, resolve_parent
+from hotloop.pipeline.resolve import CONTINUABLE, count_calls
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Lane, Session
+from hotloop.pipeline.stall import BackendStalled, StallTimer
 from hotloop.pipeline.tokens import Rendered
-from hotloop.pipeline.tools import ToolChoice, ToolSet, resolve_tool_choice, resolve_tools
-from hotloop.pipeline.validate import check_new_items, check_request
+from hotloop.pipeline.tools import ToolSet
 from hotloop.safety import SafetyResult
 from hotloop.wire.builder import ResponseBuilder, error_body
 from hotloop.wire.events import Event
@@ -46,7 +40,7 @@ from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import ErrorInfo, Response, Usage
 
 log = logging.getLogger("hotloop.turn")
-SAFETY_METADATA_KEY = "hotloop_safety"
+finished_log = logging.getLogger("hotloop.responses")  # one line per finished response (docs/logging.md)
 BLOCKED_MESSAGE = "The input was blocked by this server's safety policy."
 
 
@@ -89,6 +83,8 @@ class Turn:
         self.builder = ResponseBuilder(response, options.stream_id)
         self.generate = request.generate is not False and not _prewarm(request)
         self.cancelled_events: list[Event] = []
+        # Set by a graceful shutdown that cuts this turn (pipeline/drain.py): it then ends `failed`, not `cancelled`.
+        self.stop_error: ErrorInfo | None = None
 
     # -- the event stream ---------------------------------------------------------------------------------------
 
@@ -96,11 +92,21 @@ class Turn:
         """Every event of the response, terminal last; never raises for backend faults (→ `response.failed`)."""
         gauge = self.service.metrics.in_flight.labels(self.options.transport)
         gauge.inc()
+        self.service.drain.enter(self)
         try:
             async with contextlib.aclosing(self._events()) as events:
                 async for event in events:
                     yield event
+        except asyncio.CancelledError:
+            if self.stop_error is None:
+                raise
+            # A shutdown cut (pipeline/drain.py), not a departed client: the consumer still gets the terminal event.
+            _uncancel()
+            ending, self.cancelled_events = self.cancelled_events, []  # delivered here, not by a listener too
+            for event in ending:
+                yield event
         finally:
+            self.service.drain.leave(self)
             gauge.dec()
 
     async def _events(self) -> AsyncGenerator[Event, None]:
@@ -118,54 +124,57 @@ class Turn:
         timings = self.timings
         timings.add("pre_inference", timings.since("start"))
         timings.mark("inference")
+        generating = False
+        stall = StallTimer(self.service.settings.backend_timeout_s)
         try:
             if self.safety.verdict == "block":
                 outcome = ("failed", None, None, ErrorInfo(code="content_filter", message=BLOCKED_MESSAGE))
             elif not self.generate:
-                cached = await self.model.backend.prefill(self.generation.prompt_tokens)
+                cached = await stall.wait(self.model.backend.prefill(self.generation.prompt_tokens))
                 outcome = ("completed", Usage.of(prompt_tokens, cached, 0), None, None)
             else:
+                generating = True
                 first = True
+                # Closing the backend's generator (a stall, a fault, a client gone) stops its work (Backend docs).
                 async with contextlib.aclosing(self.model.backend.generate(self.generation)) as deltas:
-                    async for delta in deltas:
+                    # Only the backend's time counts: the consumer's (sending the last event) is outside the wait.
+                    while (delta := await stall.wait(anext(deltas, None))) is not None:
                         if first:
                             timings.add("ttft", timings.since("inference"))
                             first = False
                         if isinstance(delta, Finished):
-                            usage = Usage.of(prompt_tokens, delta.cached_tokens, delta.output_tokens)
+                            prompt = prompt_tokens if delta.prompt_tokens is None else delta.prompt_tokens
+                            usage = Usage.of(prompt, delta.cached_tokens, delta.output_tokens)
                             reason = "max_output_tokens" if delta.reason == "length" else None
                             outcome = ("incomplete" if reason else "completed", usage, reason, None)
                             break
-                        for event in self._feed(delta):
+                        for event in feed_delta(self.builder, delta):
                             yield event
+                generating = False
             timings.add("generate", timings.since("inference"))
             if outcome is None:
                 raise RuntimeError("backend ended without a Finished delta")
         except (asyncio.CancelledError, GeneratorExit):
+            if generating:  # the `async with` above has already closed the backend's generator
+                self.service.metrics.generations_cancelled.labels(self.options.transport).inc()
             await asyncio.shield(self._finish_cancelled())
             raise
+        except BackendStalled as stalled:
+            log.warning("backend stalled for %s: %s", self.response.id, stalled)
+            self.service.metrics.backend_failures.labels("timeout").inc()
+            outcome = ("failed", None, None, ErrorInfo(code="server_error", message=str(stalled)))
+        except BackendError as failure:  # an upstream engine's failure, with its code (backends/openai_chat.py)
+            log.warning("backend failed for %s: %s", self.response.id, failure)
+            self.service.metrics.backend_failures.labels("error").inc()
+            outcome = ("failed", None, None, ErrorInfo(code=failure.code, message=str(failure)))
         except Exception:
             log.exception("generation failed for %s", self.response.id)
-            outcome = (
-                "failed",
-                None,
-                None,
-                ErrorInfo(code="server_error", message="The model backend failed."),
-            )
+            self.service.metrics.backend_failures.labels("error").inc()
+            outcome = ("failed", None, None, ErrorInfo(code="server_error", message="The model backend failed."))
+        finally:
+            stall.close()
         for event in await self._finish(*outcome):
             yield event
-
-    def _feed(self, delta: Any) -> list[Event]:
-        builder = self.builder
-        if isinstance(delta, TextDelta):
-            return builder.text_delta(delta.text)
-        if isinstance(delta, ToolCallStart):
-            return builder.tool_call_start(delta.name, delta.kind, delta.namespace)
-        if isinstance(delta, ToolCallDelta):
-            return builder.tool_call_delta(delta.text)
-        if isinstance(delta, ToolCallEnd):
-            return builder.tool_call_end()
-        return []
 
     async def _finish(
         self, status: str, usage: Usage | None, reason: str | None, error: ErrorInfo | None
@@ -173,6 +182,9 @@ class Turn:
         """Persist, then cache, then the terminal event: a client that saw it end can read it back."""
         self.timings.mark("finish")
         events = self.builder.close(status, usage, reason=reason, error=error)
+        conversation = self.response.conversation
+        if conversation is not None and status in ("completed", "incomplete"):
+            status, error = await self._extend_conversation(conversation["id"], status, usage, error)
         # A blocked input (a secret, an injection) is never written to disk, like any rejected request.
         if self.response.store and self.safety.verdict != "block":
             try:
@@ -195,15 +207,57 @@ class Turn:
         inband = error_body(error) if error is not None and self.options.inband_errors else None
         return events + self.builder.terminal(inband)
 
+    async def _extend_conversation(
+        self, conversation_id: str, status: str, usage: Usage | None, error: ErrorInfo | None
+    ) -> tuple[str, ErrorInfo | None]:
+        """Append the input and output to the conversation before the response is stored, so a response whose
+        items could not be appended is stored (and ends) as the failure it is."""
+        items = [*self.new_items, *self.response.output]
+        try:
+            if not await self.service.store.add_conversation_items(self.session.owner, conversation_id, items):
+                log.warning("conversation %s was deleted while %s ran", conversation_id, self.response.id)
+            return status, error
+        except Exception:
+            log.exception("could not extend conversation %s", conversation_id)
+            error = ErrorInfo(code="store_unavailable", message="The conversation could not be updated.")
+            self.builder.set_status("failed", usage, error=error)
+            return "failed", error
+
     def _account(self) -> None:
         """The usage record and the metrics of a finished response (post-inference, off the event bytes)."""
         service = self.service
         service.ledger.record(
             record_for(self.response, self.session.owner, self.options.transport, self.timings.milliseconds())
         )
+        if self.response.usage is not None:  # the key's tokens-per-minute window (pipeline/limits.py)
+            service.rate_limiter.charge(self.session.owner, self.response.usage.total_tokens)
         service.metrics.observe(self.timings)
         service.metrics.responses.labels(self.model.id, self.response.status, self.options.transport).inc()
         service.metrics.count_safety(self.safety)
+        if finished_log.isEnabledFor(logging.INFO):
+            finished_log.info("response finished", extra={"fields": self._log_fields()})
+
+    def _log_fields(self) -> dict[str, Any]:
+        """The `response finished` line (docs/logging.md): ids, outcome and sizes, never content."""
+        response = self.response
+        usage = response.usage
+        seconds = self.timings.seconds
+        fields: dict[str, Any] = {
+            "response_id": response.id,
+            "model": response.model,
+            "status": response.status,
+            "transport": self.options.transport,
+            "server_ms": round(1000 * (seconds.get("pre_inference", 0.0) + seconds.get("post_inference", 0.0)), 3),
+        }
+        if usage is not None:
+            fields.update(
+                input_tokens=usage.input_tokens,
+                cached_tokens=usage.input_tokens_details.cached_tokens,
+                output_tokens=usage.output_tokens,
+            )
+        if response.error is not None:
+            fields["error_code"] = response.error.code
+        return fields
 
     async def _finish_cancelled(self) -> None:
         """The client went away or the response was cancelled: keep what finished, never cache it (§3.11).
@@ -211,7 +265,12 @@ class Turn:
         The terminal event is kept in `cancelled_events` for a listener that outlives the consumer (a streamed
         background response cancelled by `POST …/cancel`).
         """
-        self.cancelled_events = self.builder.finish("cancelled", None)
+        error = self.stop_error
+        if error is None:
+            self.cancelled_events = self.builder.finish("cancelled", None)
+        else:  # a shutdown cut: a server failure, with the in-band error on SSE
+            inband = error_body(error) if self.options.inband_errors else None
+            self.cancelled_events = self.builder.finish("failed", None, error=error, inband_error=inband)
         if self.response.store:
             try:
                 await self.service.store.save(self.session.owner, self.response, self.new_items)
@@ -231,10 +290,18 @@ class Turn:
             owner=self.session.owner,
             calls_in_context=self.generation.calls_so_far + count_calls(output),
             stored_chain=self.response.store and (self.parent is None or self.parent.stored_chain),
-            rendered=self.rendered,
+            # A conversation's history is in the rendered tokens but not in this chain's context: a continuation
+            # by previous_response_id renders from the context, as it would after loading the chain from the store.
+            rendered=self.rendered if self.response.conversation is None else None,
             safety_states=self.safety.states,
             tools=self.tools,
         )
+
+
+def _uncancel() -> None:
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
 
 
 def _prewarm(request: CreateRequest) -> bool:
@@ -259,124 +326,14 @@ class TurnOptions(msgspec.Struct, frozen=True, kw_only=True):
 DEFAULT_OPTIONS = TurnOptions()
 
 
-async def start_turn(
-    service: Service,
-    session: Session,
-    request: CreateRequest,
-    options: TurnOptions = DEFAULT_OPTIONS,
-    received_at: float | None = None,
-) -> Turn:
-    """Validate, resolve, normalize and render; raises `HotloopError` (nothing stored, nothing cached).
-
-    `received_at` (time.perf_counter()) is when the request's last byte arrived; stage timings start there.
-    """
-    timings = StageTimings(received_at)
-    try:
-        return await _prepare(service, session, request, options, timings)
-    except HotloopError:
-        if request.previous_response_id:
-            session.evict(options.lane, request.previous_response_id)
-        raise
-
-
-async def _prepare(
-    service: Service, session: Session, request: CreateRequest, options: TurnOptions, timings: StageTimings
-) -> Turn:
-    with timings.stage("validate"):
-        check_request(request, websocket=options.websocket)
-        model = service.models.resolve(request.model)
-        raw_items = normalize_input(request.input)
-    with timings.stage("resolve"):
-        parent = await resolve_parent(service, session, request.previous_response_id)
-        new_items = await expand_references(service, session, raw_items, parent)
-    with timings.stage("validate"):
-        if parent is not None and parent.tools is not None and parent.request.tools == request.tools:
-            tools = parent.tools  # validated once per chain, again only when a request changes them
-        else:
-            tools = resolve_tools(request.tools)
-        choice = resolve_tool_choice(request.tool_choice, tools)
-        known = parent.call_ids if parent is not None else frozenset()
-        call_ids = check_new_items(new_items, known, service.secret)
-    with timings.stage("safety"):
-        safety = service.safety.scan(parent.safety_states if parent else None, new_items)
-    with timings.stage("render"):
-        prompt, rendered = render_prompt(service.renderer, model, request, choice, parent, new_items)
-    calls_so_far = (parent.calls_in_context if parent is not None else 0) + count_calls(new_items)
-    response = _new_response(request, model, tools.echo, choice)
-    if safety.verdict != "allow":
-        response.metadata[SAFETY_METADATA_KEY] = safety.summary()
-    generation = GenerationRequest(
-        prompt_tokens=prompt,
-        tools=list(choice.tools.specs) if choice.mode != "none" else [],
-        tool_choice=choice.mode,
-        forced_tool=choice.forced,
-        parallel_tool_calls=response.parallel_tool_calls,
-        max_output_tokens=request.max_output_tokens,
-        temperature=response.temperature,
-        top_p=response.top_p,
-        presence_penalty=response.presence_penalty,
-        frequency_penalty=response.frequency_penalty,
-        text_format=response.text.get("format", {"type": "text"}),
-        calls_so_far=calls_so_far,
-        metadata=response.metadata,
-    )
-    return Turn(
-        service,
-        session,
-        request,
-        response,
-        parent=parent,
-        new_items=new_items,
-        call_ids=call_ids,
-        model=model,
-        generation=generation,
-        rendered=rendered,
-        safety=safety,
-        tools=tools,
-        options=options,
-        timings=timings,
-    )
-
-
-def _text_config(text: dict[str, Any] | None) -> dict[str, Any]:
-    config = {"format": {"type": "text"}, "verbosity": "medium"}
-    for key, value in (text or {}).items():
-        if value is not None:
-            config[key] = value
-    fmt = config["format"]
-    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
-        # The echoed format always has `description` and `strict` (OR `JsonSchemaResponseFormat` requires them).
-        config["format"] = {**fmt, "description": fmt.get("description"), "strict": fmt.get("strict") is True}
-    return config
-
-
-def _new_response(request: CreateRequest, model: Model, tools: list[Any], choice: ToolChoice) -> Response:
-    reasoning = request.reasoning or {}
-    tier = request.service_tier
-    return Response(
-        id=new_id("resp"),
-        created_at=int(time.time()),
-        model=model.id,
-        previous_response_id=request.previous_response_id,
-        instructions=request.instructions,
-        tools=tools,
-        tool_choice=choice.echo,
-        parallel_tool_calls=request.parallel_tool_calls is not False,
-        truncation=request.truncation or "disabled",
-        text=_text_config(request.text),
-        temperature=1.0 if request.temperature is None else request.temperature,
-        top_p=1.0 if request.top_p is None else request.top_p,
-        presence_penalty=request.presence_penalty or 0.0,
-        frequency_penalty=request.frequency_penalty or 0.0,
-        top_logprobs=request.top_logprobs or 0,
-        reasoning={"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
-        max_output_tokens=request.max_output_tokens,
-        max_tool_calls=request.max_tool_calls,
-        store=request.store is not False,
-        background=request.background is True,
-        service_tier="default" if tier in (None, "auto") else tier,
-        metadata=dict(request.metadata or {}),
-        safety_identifier=request.safety_identifier,
-        prompt_cache_key=request.prompt_cache_key,
-        user=request.user,
-    )
+def feed_delta(builder: ResponseBuilder, delta: Any) -> list[Event]:
+    """A backend delta's events (simengine/responses.py builds its events the same way)."""
+    if isinstance(delta, TextDelta):
+        return builder.text_delta(delta.text)
+    if isinstance(delta, ToolCallStart):
+        return builder.tool_call_start(delta.name, delta.kind, delta.namespace)
+    if isinstance(delta, ToolCallDelta):
+        return builder.tool_call_delta(delta.text)
+    if isinstance(delta, ToolCallEnd):
+        return builder.tool_call_end()
+    return []

@@ -44,9 +44,11 @@ def check_request(request: CreateRequest, *, websocket: bool) -> None:
         raise UnsupportedParam("background is not supported in WebSocket mode.", param="background")
     if request.background and request.store is False:
         raise InvalidParam("background requires store to be true.", param="background")
-    if request.conversation is not None:
-        raise UnsupportedParam(
-            "The Conversations API is not supported; use previous_response_id.", param="conversation"
+    if request.conversation is not None and request.previous_response_id is not None:
+        raise InvalidParam(
+            "Mutually exclusive parameters: provide either 'previous_response_id' or 'conversation', not both.",
+            param="conversation",
+            code="mutually_exclusive_parameters",
         )
     if request.prompt is not None:
         raise UnsupportedParam("Prompt templates are not supported.", param="prompt")
@@ -66,12 +68,12 @@ def check_request(request: CreateRequest, *, websocket: bool) -> None:
         raise InvalidParam("max_tool_calls must be at least 1.", param="max_tool_calls")
     if request.truncation not in (None, "auto", "disabled"):
         raise InvalidParam("truncation must be 'auto' or 'disabled'.", param="truncation")
-    _check_metadata(request.metadata)
+    check_metadata(request.metadata)
     _check_text(request.text)
     _check_reasoning(request.reasoning)
 
 
-def _check_metadata(metadata: dict[str, object] | None) -> None:
+def check_metadata(metadata: dict[str, object] | None) -> None:
     if metadata is None:
         return
     if len(metadata) > METADATA_MAX_PAIRS:

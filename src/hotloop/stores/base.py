@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, Protocol
 
 import msgspec
 
 from hotloop.metering.records import UsageRecord, UsageTotals
+from hotloop.stores.conversations import ConversationStore
+from hotloop.stores.retention import Sweepable
 from hotloop.wire.items import ContextItem
 from hotloop.wire.response import Response
 
@@ -31,14 +34,29 @@ class UsagePage(msgspec.Struct):
     totals: UsageTotals
 
 
-class Store(Protocol):
+class Store(Sweepable, ConversationStore, Protocol):
+    """Every method raises `StoreUnavailable` (503) when the store cannot be reached; a failed `save` leaves
+    nothing readable (a response and its items are written in one atomic step)."""
+
+    def start(self, on_deleted: Callable[[str], None]) -> None:
+        """Start the background work once the event loop runs: the retention sweeper and the feed of deletions
+        from every replica (this one included), each handed to `on_deleted`. A store works without it."""
+        ...
+
+    async def ensure_available(self) -> None:
+        """Raise `StoreUnavailable` when the store was seen down and still is; free while it is up. Called before a
+        `store: true` create, so that it fails before generating."""
+        ...
+
     async def save(self, owner: str, response: Response, input_items: list[ContextItem]) -> None:
         """Insert or replace a response with its own input items (the output is in `response.output`)."""
         ...
 
     async def get(self, owner: str, response_id: str) -> Response | None: ...
 
-    async def delete(self, owner: str, response_id: str) -> bool: ...
+    async def delete(self, owner: str, response_id: str) -> bool:
+        """Delete it and its items; other replicas hear of it through `on_deleted` (docs/stores.md)."""
+        ...
 
     async def input_items(
         self, owner: str, response_id: str, *, after: str | None, limit: int, order: Literal["asc", "desc"]

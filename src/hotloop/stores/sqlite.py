@@ -1,34 +1,44 @@
 """The embedded default store: SQLite in WAL mode, one writer thread, reads on worker threads.
 
 A chain loads in one query (a recursive CTE over `parent`), so continuing a long conversation from the store
-costs one round trip, not one per turn.
+costs one round trip, not one per turn. Processes sharing the file (several workers) learn of each other's
+deletions from a small `deletions` table each one polls.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import msgspec
-
+from hotloop.errors import StoreUnavailable
 from hotloop.metering.records import UsageRecord, UsageTotals
 from hotloop.stores.base import Chain, ItemPage, UsagePage
-from hotloop.wire.items import KNOWN_ITEM_TYPES, ContextItem, OtherItem, item_to_builtins
+from hotloop.stores.codec import ItemRow, decode_item, encode, encode_response, usage_record
+from hotloop.stores.retention import Background, DeletionHandler, Retention, sweep_forever
+from hotloop.stores.sqlite_conversations import CONVERSATION_SCHEMA, SQLiteConversations
+from hotloop.wire.items import ContextItem
 from hotloop.wire.response import Response, response_decoder
 
+__all__ = ["SQLiteStore", "decode_item"]
+
 T = TypeVar("T")
+log = logging.getLogger("hotloop.store")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY,
     owner TEXT NOT NULL,
     parent TEXT,
     created_at INTEGER NOT NULL,
-    body BLOB NOT NULL
+    body BLOB NOT NULL,
+    size INTEGER NOT NULL DEFAULT 0  -- bytes counted against retention_max_bytes
 );
 CREATE TABLE IF NOT EXISTS items (
     response_id TEXT NOT NULL,
@@ -40,6 +50,18 @@ CREATE TABLE IF NOT EXISTS items (
     PRIMARY KEY (response_id, kind, position)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS items_by_item_id ON items (item_id);
+CREATE INDEX IF NOT EXISTS responses_by_age ON responses (created_at);
+-- The stored bytes (retention_max_bytes), kept in the same transaction as every save and delete.
+CREATE TABLE IF NOT EXISTS stats (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+-- Recent deletions, polled by every process sharing this file so none keeps serving a deleted chain.
+CREATE TABLE IF NOT EXISTS deletions (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL, at REAL NOT NULL);
+"""
+# `size` came with retention: an older file gets the column, its rows measured once.
+MIGRATE_SIZE = """
+ALTER TABLE responses ADD COLUMN size INTEGER NOT NULL DEFAULT 0;
+UPDATE responses SET size = length(body)
+    + COALESCE((SELECT SUM(length(i.body)) FROM items i WHERE i.response_id = responses.id), 0);
+INSERT OR REPLACE INTO stats VALUES ('bytes', (SELECT COALESCE(SUM(size), 0) FROM responses));
 """
 # The usage ledger: one row per response (the owner is the store's owner tag, a hash, never an API key).
 USAGE_SCHEMA = """
@@ -69,35 +91,48 @@ WITH RECURSIVE chain(id, parent, depth) AS (
 SELECT c.depth, c.parent, i.type, i.body FROM chain c LEFT JOIN items i ON i.response_id = c.id
 ORDER BY c.depth DESC, i.kind, i.position
 """
-_encode = msgspec.json.Encoder().encode
-_decoders = {name: msgspec.json.Decoder(cls) for name, cls in KNOWN_ITEM_TYPES.items()}
+DELETION_POLL_S = 0.5
+DELETIONS_KEPT_S = 300.0  # a process that polls less often than this misses deletions (it never does)
 
 
-def decode_item(type_name: str, body: bytes) -> ContextItem:
-    decoder = _decoders.get(type_name)
-    if decoder is None:
-        return OtherItem(raw=msgspec.json.decode(body))
-    item: ContextItem = decoder.decode(body)
-    return item
+def _item_rows(response_id: str, kind: int, rows: list[ItemRow]) -> list[tuple[Any, ...]]:
+    return [(response_id, kind, pos, row.item_id, row.type, row.body) for pos, row in enumerate(rows)]
 
 
-def _item_rows(response_id: str, kind: int, items: list[Any]) -> list[tuple[Any, ...]]:
-    rows = []
-    for position, item in enumerate(items):
-        raw = item_to_builtins(item)
-        rows.append((response_id, kind, position, raw.get("id"), raw.get("type", "message"), _encode(raw)))
-    return rows
+def _remove(conn: sqlite3.Connection, ids: list[str]) -> None:
+    """Delete responses (known to exist) with their items; count their bytes out and record the deletions."""
+    for response_id in ids:
+        size = conn.execute("DELETE FROM responses WHERE id = ? RETURNING size", (response_id,)).fetchone()
+        conn.execute("DELETE FROM items WHERE response_id = ?", (response_id,))
+        conn.execute("UPDATE stats SET value = value - ? WHERE name = 'bytes'", (size[0] if size else 0,))
+        conn.execute("INSERT INTO deletions (id, at) VALUES (?, ?)", (response_id, time.time()))
 
 
-class SQLiteStore:
-    def __init__(self, path: Path) -> None:
+def _deletions_after(seq: int, conn: sqlite3.Connection) -> list[tuple[int, str]]:
+    return [
+        (row[0], row[1]) for row in conn.execute("SELECT seq, id FROM deletions WHERE seq > ? ORDER BY seq", (seq,))
+    ]
+
+
+def _prune_deletions(before: float, conn: sqlite3.Connection) -> None:
+    conn.execute("DELETE FROM deletions WHERE at < ?", (before,))
+
+
+class SQLiteStore(SQLiteConversations):
+    def __init__(self, path: Path, retention: Retention | None = None) -> None:
         self._path = path
+        self.retention = retention or Retention()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._writes: queue.SimpleQueue[tuple[Callable[[sqlite3.Connection], Any], Any] | None] = queue.SimpleQueue()
         self._local = threading.local()
+        self._background = Background()
         writer = self._connect()
         writer.executescript(SCHEMA)
         writer.executescript(USAGE_SCHEMA)
+        writer.executescript(CONVERSATION_SCHEMA)
+        if "size" not in {row[1] for row in writer.execute("PRAGMA table_info(responses)")}:
+            writer.executescript(f"BEGIN IMMEDIATE; {MIGRATE_SIZE} COMMIT;")
+        writer.execute("INSERT OR IGNORE INTO stats VALUES ('bytes', 0)")
         self._writer = threading.Thread(target=self._write_loop, args=(writer,), name="hotloop-sqlite", daemon=True)
         self._writer.start()
 
@@ -116,8 +151,9 @@ class SQLiteStore:
                 result = work(conn)
                 conn.execute("COMMIT")
             except BaseException as exc:  # handed to the awaiting coroutine
-                conn.execute("ROLLBACK")
-                loop.call_soon_threadsafe(_settle, future, None, exc)
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                loop.call_soon_threadsafe(_settle, future, None, _unavailable(exc))
             else:
                 loop.call_soon_threadsafe(_settle, future, result, None)
         conn.close()
@@ -133,21 +169,54 @@ class SQLiteStore:
             conn = getattr(self._local, "conn", None)
             if conn is None:
                 conn = self._local.conn = self._connect()
-            return work(conn)
+            try:
+                return work(conn)
+            except sqlite3.OperationalError as exc:
+                raise _unavailable(exc) from exc
 
         return await asyncio.to_thread(run)
 
+    async def ensure_available(self) -> None:
+        """A local file: nothing to probe (a locked or unwritable file still fails its call with a 503)."""
+
+    def start(self, on_deleted: DeletionHandler) -> None:
+        if self.retention.active:
+            self._background.spawn(sweep_forever(self, self.retention), "hotloop-retention")
+        self._background.spawn(self._poll_deletions(on_deleted), "hotloop-deletions")
+
+    async def _poll_deletions(self, on_deleted: DeletionHandler) -> None:
+        def latest(conn: sqlite3.Connection) -> int:
+            return int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM deletions").fetchone()[0])
+
+        seen = await self._read(latest)
+        pruned_at = time.monotonic()
+        while True:
+            await asyncio.sleep(DELETION_POLL_S)
+            try:
+                for seq, response_id in await self._read(functools.partial(_deletions_after, seen)):
+                    seen = seq
+                    on_deleted(response_id)
+                if time.monotonic() - pruned_at > DELETIONS_KEPT_S / 10:
+                    pruned_at = time.monotonic()
+                    await self._write(functools.partial(_prune_deletions, time.time() - DELETIONS_KEPT_S))
+            except StoreUnavailable as exc:  # a busy file: the next poll picks up from `seen`
+                log.warning("polling deletions failed: %s", exc)
+
     async def save(self, owner: str, response: Response, input_items: list[ContextItem]) -> None:
-        body = _encode(response)
-        rows = _item_rows(response.id, 0, input_items) + _item_rows(response.id, 1, response.output)
+        enc = encode_response(response, input_items)
+        rows = _item_rows(response.id, 0, enc.inputs) + _item_rows(response.id, 1, enc.outputs)
 
         def work(conn: sqlite3.Connection) -> None:
+            old = conn.execute("SELECT size FROM responses WHERE id = ?", (response.id,)).fetchone()
             conn.execute(
-                "INSERT OR REPLACE INTO responses (id, owner, parent, created_at, body) VALUES (?, ?, ?, ?, ?)",
-                (response.id, owner, response.previous_response_id, response.created_at, body),
+                "INSERT OR REPLACE INTO responses (id, owner, parent, created_at, body, size)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (response.id, owner, response.previous_response_id, response.created_at, enc.body, enc.size),
             )
             conn.execute("DELETE FROM items WHERE response_id = ?", (response.id,))
             conn.executemany("INSERT INTO items VALUES (?, ?, ?, ?, ?, ?)", rows)
+            growth = enc.size - (old[0] if old else 0)
+            conn.execute("UPDATE stats SET value = value + ? WHERE name = 'bytes'", (growth,))
 
         await self._write(work)
 
@@ -161,12 +230,47 @@ class SQLiteStore:
 
     async def delete(self, owner: str, response_id: str) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
-            cursor = conn.execute("DELETE FROM responses WHERE id = ? AND owner = ?", (response_id, owner))
-            if cursor.rowcount:
-                conn.execute("DELETE FROM items WHERE response_id = ?", (response_id,))
-            return cursor.rowcount > 0
+            found = conn.execute("SELECT 1 FROM responses WHERE id = ? AND owner = ?", (response_id, owner)).fetchone()
+            if found:
+                _remove(conn, [response_id])
+            return found is not None
 
         return await self._write(work)
+
+    async def expire(self, before: int, limit: int) -> list[str]:
+        def work(conn: sqlite3.Connection) -> list[str]:
+            ids = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT id FROM responses WHERE created_at < ? ORDER BY created_at, rowid LIMIT ?", (before, limit)
+                )
+            ]
+            _remove(conn, ids)
+            return ids
+
+        return await self._write(work)
+
+    async def trim(self, max_bytes: int, limit: int) -> list[str]:
+        def work(conn: sqlite3.Connection) -> list[str]:
+            excess = conn.execute("SELECT value FROM stats WHERE name = 'bytes'").fetchone()[0] - max_bytes
+            ids: list[str] = []
+            if excess > 0:
+                for response_id, size in conn.execute(
+                    "SELECT id, size FROM responses ORDER BY created_at, rowid LIMIT ?", (limit,)
+                ).fetchall():
+                    if excess <= 0:
+                        break
+                    ids.append(response_id)
+                    excess -= size
+            _remove(conn, ids)
+            return ids
+
+        return await self._write(work)
+
+    async def stored_bytes(self) -> int:
+        return int(
+            await self._read(lambda conn: conn.execute("SELECT value FROM stats WHERE name = 'bytes'").fetchone()[0])
+        )
 
     async def input_items(
         self, owner: str, response_id: str, *, after: str | None, limit: int, order: Literal["asc", "desc"]
@@ -235,7 +339,7 @@ class SQLiteStore:
                 rec.output_tokens,
                 rec.created_at,
                 rec.transport,
-                _encode(rec.timings),
+                encode(rec.timings),
             )
             for rec in records
         ]
@@ -274,30 +378,20 @@ class SQLiteStore:
             return [tuple(row) for row in rows], tuple(totals)
 
         rows, totals = await self._read(work)
-        records = [_usage_record(row) for row in rows[:limit]]
+        records = [usage_record(row) for row in rows[:limit]]
         return UsagePage(records=records, has_more=len(rows) > limit, totals=UsageTotals(*totals))
 
     async def close(self) -> None:
+        await self._background.stop()
         self._writes.put(None)
         await asyncio.to_thread(self._writer.join, 10)
 
 
-_timings_decoder = msgspec.json.Decoder(dict[str, float])
-
-
-def _usage_record(row: tuple[Any, ...]) -> UsageRecord:
-    return UsageRecord(
-        response_id=row[0],
-        owner=row[1],
-        model=row[2],
-        status=row[3],
-        input_tokens=row[4],
-        cached_tokens=row[5],
-        output_tokens=row[6],
-        created_at=row[7],
-        transport=row[8],
-        timings=_timings_decoder.decode(row[9]),
-    )
+def _unavailable(exc: BaseException) -> BaseException:
+    """A locked or unwritable database file is the store being unavailable (503), not a server bug."""
+    if isinstance(exc, sqlite3.OperationalError):
+        return StoreUnavailable(f"The response store is unavailable: {exc}.")
+    return exc
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:

@@ -8,14 +8,18 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 
 from hotloop.config import Settings
+from hotloop.console.routes import console_routes
 from hotloop.errors import HotloopError, NotFound, ServerError
+from hotloop.observability.logs import RequestIds
 from hotloop.pipeline.service import Service
 from hotloop.transports import http
+from hotloop.transports.conversations import conversation_routes
 from hotloop.transports.websocket import websocket_endpoint
 
 log = logging.getLogger("hotloop")
@@ -25,10 +29,10 @@ def build_service(settings: Settings) -> Service:
     from hotloop.metering.ledger import Ledger
     from hotloop.models import build_registry
     from hotloop.pipeline.sealing import load_secret
-    from hotloop.stores.sqlite import SQLiteStore
+    from hotloop.stores.url import open_store
 
     data_dir = settings.resolved_data_dir()
-    store = SQLiteStore(data_dir / "hotloop.db")
+    store = open_store(settings)  # docs/stores.md
     ledger = Ledger(store.append_usage, settings.ledger_batch, settings.ledger_flush_ms)
     return Service(settings, build_registry(settings), store, load_secret(data_dir), ledger)
 
@@ -79,9 +83,12 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
         Route("/v1/responses/{response_id}/input_items", http.list_input_items, methods=["GET"]),
         Route("/v1/responses/{response_id}/cancel", http.cancel_response, methods=["POST"]),
         Route("/v1/usage", http.list_usage, methods=["GET"]),
+        *conversation_routes(),
+        *console_routes(),
     ]
     return Starlette(
         routes=routes,
+        middleware=[Middleware(RequestIds)],
         lifespan=lifespan,
         exception_handlers={HotloopError: _hotloop_error, HTTPException: _http_error, Exception: _unexpected},
     )

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 from starlette.datastructures import Headers
@@ -17,18 +17,23 @@ from hotloop.errors import (
     HotloopError,
     InvalidParam,
     NotFound,
+    RateLimited,
     RequestTooLarge,
+    ServerShuttingDown,
     UnsupportedParam,
     UpgradeRequired,
 )
 from hotloop.models import Model
 from hotloop.pipeline import queries
 from hotloop.pipeline.compact import compact
+from hotloop.pipeline.prepare import start_turn
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Session, owner_of
-from hotloop.pipeline.turn import Turn, TurnOptions, start_turn
+from hotloop.pipeline.turn import Turn, TurnOptions
 from hotloop.transports.auth import authenticate
+from hotloop.transports.paging import page_params
 from hotloop.transports.sse import sse_response
+from hotloop.wire.codex_catalog import CLIENT_VERSION_PARAM, codex_catalog
 from hotloop.wire.events import Event
 from hotloop.wire.replay import replay_events
 from hotloop.wire.request import decode_create
@@ -42,7 +47,8 @@ def raw_json(data: bytes, status: int = 200) -> Response:
 
 
 def error_response(exc: HotloopError) -> Response:
-    return JSONResponse({"error": exc.payload()}, status_code=exc.status)
+    headers = exc.headers if isinstance(exc, RateLimited | ServerShuttingDown) else None  # Retry-After, …
+    return JSONResponse({"error": exc.payload()}, status_code=exc.status, headers=headers)
 
 
 # A non-streaming response that failed after acceptance (protocol.md §1.9): its HTTP status and error type by code.
@@ -99,6 +105,7 @@ def _strict_check(body: bytes) -> None:
 async def create_response(request: Request) -> Response:
     """POST /v1/responses: JSON, SSE (`stream: true`) or background."""
     service, session = http_session(request)
+    service.drain.check()
     body = await read_body(request, service.settings.max_body_bytes)
     received_at = time.perf_counter()
     create = decode_create(body)
@@ -111,6 +118,11 @@ async def create_response(request: Request) -> Response:
         transport="sse" if create.stream else "http",
         include_timings=wants_timings(request.headers),
     )
+    service.rate_limiter.admit(session.owner)
+    if create.store is not False:
+        # Store faults (docs/stores.md): a store seen down is probed first, so the create is a 503 before it
+        # generates (free while the store is up).
+        await service.store.ensure_available()
     turn = await start_turn(service, session, create, options, received_at)
     if turn.response.background:
         return await _background(service, session, turn, stream=bool(create.stream))
@@ -220,20 +232,9 @@ async def delete_response(request: Request) -> Response:
 
 async def list_input_items(request: Request) -> Response:
     service, session = http_session(request)
-    query = request.query_params
-    raw_limit = query.get("limit", "20")
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 100:
-        raise InvalidParam("limit must be an integer between 1 and 100.", param="limit")
-    order: Literal["asc", "desc"] = "asc" if query.get("order") == "asc" else "desc"
-    if query.get("order", "desc") not in ("asc", "desc"):
-        raise InvalidParam("order must be 'asc' or 'desc'.", param="order")
+    after, limit, order = page_params(request.query_params)
     page = await queries.input_items(
-        service,
-        session,
-        request.path_params["response_id"],
-        after=query.get("after"),
-        limit=int(raw_limit),
-        order=order,
+        service, session, request.path_params["response_id"], after=after, limit=limit, order=order
     )
     return raw_json(msgspec.json.encode(page))
 
@@ -266,6 +267,7 @@ async def count_input_tokens(request: Request) -> Response:
 
 async def compact_response(request: Request) -> Response:
     service, session = http_session(request)
+    service.drain.check()  # it generates: refused during a shutdown like a create
     create = decode_create(await read_body(request, service.settings.max_body_bytes))
     return raw_json(msgspec.json.encode(await compact(service, session, create)))
 
@@ -282,6 +284,9 @@ def _model_object(model: Model) -> dict[str, Any]:
 
 async def list_models(request: Request) -> Response:
     service, _ = http_session(request)
+    if CLIENT_VERSION_PARAM in request.query_params:  # Codex's catalog request (wire/codex_catalog.py)
+        catalog = codex_catalog([(model.id, model.context_window) for model in service.models])
+        return raw_json(msgspec.json.encode(catalog))
     return JSONResponse({"object": "list", "data": [_model_object(model) for model in service.models]})
 
 

@@ -1,19 +1,33 @@
 """Running the app: uvicorn configured from the settings (uvloop, httptools, websockets-sansio), in the foreground
-(`hotloop serve`) or on a thread (the benchmark's own server, the tests' servers)."""
+(`hotloop serve`) or on a thread (the benchmark's own server, the tests' servers), with a graceful shutdown."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
 
 from hotloop.config import Settings
+from hotloop.observability.logs import logging_config
+from hotloop.pipeline.service import Service
 from hotloop.transports.app import create_app
 
-# Seconds in-flight requests get to finish after SIGTERM before uvicorn cancels them.
-GRACEFUL_SHUTDOWN_S = 10
+log = logging.getLogger("hotloop.shutdown")
+# After the drain (below) every response has ended and every WebSocket is closed; uvicorn then gets this long to
+# close the remaining HTTP connections before it cancels their tasks.
+GRACEFUL_SHUTDOWN_S = 5
+CUT_WAIT_S = 5.0  # for cut responses to store themselves and send their terminal event
+IDLE_CLOSE_WAIT_S = 1.0  # for idle WebSockets to close themselves once every response has ended
+CLOSE_WAIT_S = 5.0  # for WebSocket clients to answer the server's close frame
+POLL_S = 0.02
 
 
 def server_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
@@ -30,8 +44,62 @@ def server_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
         "log_level": settings.log_level,
         "lifespan": "on",
         "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
+        "log_config": logging_config(settings),  # JSON lines with request ids (docs/logging.md)
     }
     return uvicorn.Config(create_app(settings), **{**options, **overrides})
+
+
+class Server(uvicorn.Server):
+    """uvicorn with hotloop's shutdown (docs/operations.md): on SIGTERM (or `should_exit`) stop listening, refuse
+    new creates (503), let in-flight responses finish within `shutdown_grace_s`, fail the rest (`server_error`),
+    close every WebSocket with 1001, and only then let uvicorn close the HTTP connections and run the lifespan
+    shutdown, which drains the usage ledger and closes the store. A SIGTERM shutdown exits 0."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()  # stop accepting; uvicorn's own shutdown below closes them again (a no-op)
+        service = _service_of(self.config.app)
+        if service is not None and not self.force_exit:
+            await self.drain(service)
+        await super().shutdown(sockets)
+
+    async def drain(self, service: Service) -> None:
+        drain = service.drain
+        drain.begin()  # creates now get 503; idle WebSockets close 1001 at once, busy ones when their work ends
+        grace = service.settings.shutdown_grace_s
+        if not await self._wait(lambda: not drain.turns, grace):
+            cut = drain.cut()
+            log.warning("shutdown: %d response(s) still running after %gs: failed with server_error", cut, grace)
+            await self._wait(lambda: not drain.turns, CUT_WAIT_S)
+        # WebSockets close themselves once idle (1001); any still open a moment later are closed here, before
+        # uvicorn's own shutdown would close them with 1012.
+        slots = service.connection_slots
+        if not await self._wait(lambda: slots.open == 0, IDLE_CLOSE_WAIT_S):
+            for connection in list(drain.connections):
+                await connection.going_away()
+            await self._wait(lambda: slots.open == 0, CLOSE_WAIT_S)
+
+    async def _wait(self, done: Any, timeout: float) -> bool:
+        """Poll `done()` until it holds, `timeout` passes or a second Ctrl-C forces the exit."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while not done() and not self.force_exit and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_S)
+        return bool(done())
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            yield
+            # uvicorn re-raises the signal it handled once it has shut down; after a completed drain a SIGTERM
+            # is a clean exit (status 0), not a death by signal.
+            captured: list[int] = getattr(self, "_captured_signals", [])
+            captured[:] = [sig for sig in captured if sig != signal.SIGTERM]
+
+
+def _service_of(app: Any) -> Service | None:
+    state = getattr(app, "state", None)
+    service = getattr(state, "service", None)
+    return service if isinstance(service, Service) else None
 
 
 class ThreadedServer:
@@ -39,7 +107,7 @@ class ThreadedServer:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.server = uvicorn.Server(server_config(settings))
+        self.server = Server(server_config(settings))
         self.thread = threading.Thread(target=self.server.run, name="hotloop-server", daemon=True)
         self.port = 0
 

@@ -16,11 +16,12 @@ from typing import Any, Literal
 import msgspec
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from hotloop.errors import HotloopError, PreviousResponseNotFound, ServerError, UpgradeRequired
+from hotloop.errors import HotloopError, PreviousResponseNotFound, RateLimited, ServerError, UpgradeRequired
 from hotloop.pipeline.lanes import LaneLimits, LaneRouter, QueueFull
+from hotloop.pipeline.prepare import start_turn
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Lane, Session, owner_of
-from hotloop.pipeline.turn import TurnOptions, start_turn
+from hotloop.pipeline.turn import TurnOptions
 from hotloop.transports.auth import authenticate, selected_subprotocol
 from hotloop.transports.http import error_response, wants_timings
 from hotloop.wire import request as wire_request
@@ -71,12 +72,16 @@ class Connection:
     async def send_error(self, exc: HotloopError, stream_id: str | None = None) -> None:
         if exc.code == "websocket_connection_limit_reached":
             self.limit_sent = True
-        await self.send(websocket_error(exc.status, exc.payload(), stream_id))
+        payload: dict[str, Any] = exc.payload()
+        if isinstance(exc, RateLimited):
+            payload["headers"] = exc.headers  # retry-after and x-ratelimit-*, as over HTTP (§3.10)
+        await self.send(websocket_error(exc.status, payload, stream_id))
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
     async def run(self) -> None:
         timer = asyncio.create_task(self._age_timer())
+        self.service.drain.connections.add(self)
         try:
             while True:
                 message = await self.ws.receive()
@@ -92,6 +97,7 @@ class Connection:
             return
         finally:
             timer.cancel()
+            self.service.drain.connections.discard(self)
             await self.shutdown()
 
     async def on_frame(self, data: str | bytes) -> None:
@@ -218,11 +224,16 @@ class Connection:
             await self.send_error(self.router.connection_limit_error(), lane)
             return
         try:
+            # At the head of its lane, like every other check (§3.9): a create refused here runs nothing.
+            self.service.drain.check()
+            self.service.rate_limiter.admit(self.session.owner)
             options = TurnOptions(
                 websocket=True, lane=lane, stream_id=lane, transport="websocket", include_timings=self.timings
             )
             turn = await start_turn(self.service, self.session, create, options)
         except HotloopError as exc:
+            if create.previous_response_id:  # a failed create evicts its parent from the lane (§3.8.3)
+                self.session.evict(lane, create.previous_response_id)
             await self.send_error(exc, lane)
             return
         except Exception:  # a fault of ours (storage, …): still answer the create, never leave it hanging
@@ -245,22 +256,34 @@ class Connection:
     # -- lifetime --------------------------------------------------------------------------------------------------
 
     async def _age_timer(self) -> None:
-        # Loop timers may fire a little early against time.monotonic(): sleep until the limit has really passed.
-        while not self.router.expired():
-            await asyncio.sleep(max(self.router.remaining(), 0.001))
+        """Wake at the age limit or when the server starts draining, whichever comes first."""
+        started = self.service.drain.started
+        # Loop timers may fire a little early against time.monotonic(): wait until the limit has really passed.
+        while not self.router.expired() and not started.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(started.wait(), max(self.router.remaining(), 0.001))
         await self._maybe_close_expired()
 
     async def _maybe_close_expired(self) -> None:
-        """Past the age limit with no work left: send the limit error once, then close 1001 (§3.11)."""
-        if not self.router.expired() or self.busy or self.closed.is_set():
+        """Past the age limit, or draining for a shutdown, with no work left: close 1001 (§3.11). The age limit
+        sends its error first, once."""
+        draining = self.service.drain.draining
+        if not (draining or self.router.expired()) or self.busy or self.closed.is_set():
             return
         self.closed.set()
-        if not self.limit_sent:
+        if not draining and not self.limit_sent:
             self.limit_sent = True
             with contextlib.suppress(Exception):
                 await self.send_error(self.router.connection_limit_error())
         with contextlib.suppress(Exception):
             await self.ws.close(CLOSE_GOING_AWAY)
+
+    async def going_away(self) -> None:
+        """The end of a shutdown: close 1001 now, whatever is left (every response has ended by then)."""
+        if not self.closed.is_set():
+            self.closed.set()
+            with contextlib.suppress(Exception):
+                await self.ws.close(CLOSE_GOING_AWAY)
 
     async def shutdown(self) -> None:
         for task in self.workers.values():
@@ -296,15 +319,19 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         key = authenticate(websocket.headers, settings.api_keys)
         if not settings.websocket:
             raise UpgradeRequired("WebSocket mode is disabled on this server; use HTTP.")
+        service.drain.check()
+        owner = owner_of(key, bool(settings.api_keys))
+        service.connection_slots.acquire(owner)  # 429 beyond max_connections or max_connections_per_key
     except HotloopError as exc:
         await websocket.send_denial_response(error_response(exc))
         return
-    await websocket.accept(subprotocol=selected_subprotocol(websocket.headers))
-    session = service.session(owner_of(key, bool(settings.api_keys)), caching=True)
-    default_model = websocket.query_params.get("model") or None  # other query parameters are ignored (§3.1)
     gauge = service.metrics.connections.labels("websocket")
     gauge.inc()
     try:
+        await websocket.accept(subprotocol=selected_subprotocol(websocket.headers))
+        session = service.session(owner, caching=True)
+        default_model = websocket.query_params.get("model") or None  # other query parameters are ignored (§3.1)
         await Connection(websocket, service, session, default_model).run()
     finally:
         gauge.dec()
+        service.connection_slots.release(owner)

@@ -115,6 +115,11 @@ def _decode(decoder: msgspec.json.Decoder[Any], data: bytes | str) -> Any:
         raise InvalidJSON(_TOO_DEEP) from None
 
 
+def decode_body(decoder: msgspec.json.Decoder[Any], data: bytes | str) -> Any:
+    """Decode any endpoint's body; raises `InvalidJSON` or `InvalidParam` with the field's path."""
+    return _decode(decoder, data)
+
+
 def decode_create(data: bytes | str) -> CreateRequest:
     """Decode a create body; raises `InvalidJSON` or `InvalidParam` with the field's path."""
     request: CreateRequest = _decode(_create_decoder, data)

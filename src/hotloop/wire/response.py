@@ -81,6 +81,7 @@ class Response(msgspec.Struct, kw_only=True):
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     user: str | None = None
+    conversation: dict[str, str] | None = None  # {"id": "conv_…"} when created in a conversation
 
 
 class DeletedResponse(msgspec.Struct):

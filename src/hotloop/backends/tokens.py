@@ -1,0 +1,198 @@
+"""`tokens`: an engine that takes token ids (docs/backends.md): vLLM, SGLang or llama.cpp's server.
+
+hotloop renders and tokenizes with the model's own tokenizer and chat template, incrementally per chain, so each
+turn's prompt is the previous turn's ids plus the new ones and the engine's prefix cache hits. Only ids are sent;
+the generated text comes back and `tool_parsers` turns it into text and tool-call deltas as it streams.
+
+Dialects (the request and the streamed chunks; the URL is the server's base):
+- `vllm`: POST <url>/completions (url ends in /v1), `prompt` = ids; usage with
+  `prompt_tokens_details.cached_tokens` (vLLM's `--enable-prompt-tokens-details`).
+- `sglang`: POST <url>/generate, `input_ids`; cumulative `text` per chunk, `meta_info` with `cached_tokens`.
+- `llamacpp`: POST <url>/completion, `prompt` = ids, `cache_prompt`; the last chunk has `stop: true` and the
+  cached prompt tokens in `timings.cache_n` (or `tokens_cached`).
+
+The HTTP side (pooled client, replicas, retries before the first token, error mapping) is
+`upstream.UpstreamBackend`'s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import msgspec
+
+from hotloop.backends.base import BackendError, Delta, Finished, GenerationRequest
+from hotloop.backends.llama import output_schema
+from hotloop.backends.tool_parsers import ToolParser, make_parser
+from hotloop.backends.upstream import Retryable, UpstreamBackend, mid_stream_error
+from hotloop.config import Upstream
+from hotloop.pipeline.render import ChatFormat
+
+PATHS = {"vllm": "/completions", "sglang": "/generate", "llamacpp": "/completion"}
+
+
+class TokensBackend(UpstreamBackend):
+    def __init__(self, name: str, upstream: Upstream, chat: ChatFormat) -> None:
+        super().__init__(name, upstream)
+        self.name = name
+        self.chat = chat
+        self.path = PATHS[upstream.dialect]
+
+    def body(self, request: GenerationRequest) -> dict[str, Any]:
+        return request_body(self.upstream.dialect, self.model, request, self.upstream.context_window)
+
+    def reader(self, request: GenerationRequest) -> _Reader:
+        parser = make_parser(self.upstream.tool_parser, request.tools, request.parallel_tool_calls)
+        return READERS[self.upstream.dialect](parser, len(request.prompt_tokens))
+
+    async def prefill(self, prompt_tokens: Sequence[int]) -> int:
+        """`generate: false` sends nothing: the first generating turn fills the engine's prefix cache."""
+        return 0
+
+
+def request_body(dialect: str, model: str, request: GenerationRequest, context_window: int) -> dict[str, Any]:
+    """The engine's request: the prompt's ids, the output budget, sampling and an output schema if any."""
+    prompt = list(request.prompt_tokens)
+    budget = request.max_output_tokens or max(1, context_window - len(prompt))
+    sampling: dict[str, Any] = {
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "presence_penalty": request.presence_penalty,
+        "frequency_penalty": request.frequency_penalty,
+    }
+    schema = output_schema(request)  # a forced call or a JSON text format: constrained decoding
+    if dialect == "sglang":
+        sampling["max_new_tokens"] = budget
+        if schema is not None:
+            sampling["json_schema"] = json.dumps(schema)
+        return {"input_ids": prompt, "sampling_params": sampling, "stream": True}
+    if dialect == "llamacpp":
+        body = {"prompt": prompt, "n_predict": budget, "stream": True, "cache_prompt": True, **sampling}
+        if schema is not None:
+            body["json_schema"] = schema
+        return body
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": budget,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **sampling,
+    }
+    if schema is not None:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+    return body
+
+
+class _Reader:
+    """One attempt's stream: generated text through the tool parser; the engine's counts for `Finished`."""
+
+    def __init__(self, parser: ToolParser, prompt_tokens: int) -> None:
+        self.parser = parser
+        self.started = False  # a delta has been yielded: no retry from here on
+        self.done = False  # llama.cpp: the `stop: true` chunk is the last
+        self.reason: Literal["stop", "length"] | None = None
+        self.prompt_tokens = prompt_tokens
+        self.cached_tokens = 0
+        self.output_tokens: int | None = None
+        self.pieces = 0
+
+    def feed(self, data: str) -> list[Delta]:
+        try:
+            chunk = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            raise BackendError(f"The upstream engine sent an unreadable chunk: {data[:200]}") from None
+        if not isinstance(chunk, dict):
+            raise BackendError(f"The upstream engine sent an unexpected chunk: {data[:200]}")
+        if chunk.get("error") is not None:
+            raise mid_stream_error(msgspec.json.encode({"error": chunk["error"]}))
+        text = self.read(chunk)
+        if not text:
+            return []
+        self.pieces += 1
+        out = self.parser.feed(text)
+        self.started = self.started or bool(out)
+        return out
+
+    def read(self, chunk: dict[str, Any]) -> str:
+        """The chunk's new text; records the finish and the counts it carries."""
+        raise NotImplementedError
+
+    def end(self) -> list[Delta]:
+        if self.reason is None:
+            raise Retryable(BackendError("The upstream engine ended its stream without a finish reason."))
+        finished = Finished(
+            reason=self.reason,
+            output_tokens=self.output_tokens if self.output_tokens is not None else self.pieces,
+            cached_tokens=min(self.cached_tokens, self.prompt_tokens),
+            prompt_tokens=self.prompt_tokens,
+        )
+        return [*self.parser.finish(), finished]
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class _VLLMReader(_Reader):
+    """OpenAI's text_completion chunks: `choices[0].text`, `finish_reason`, then a usage-only chunk."""
+
+    def read(self, chunk: dict[str, Any]) -> str:
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.prompt_tokens = _int(usage.get("prompt_tokens")) or self.prompt_tokens
+            self.output_tokens = _int(usage.get("completion_tokens"))
+            details = usage.get("prompt_tokens_details")
+            self.cached_tokens = (_int(details.get("cached_tokens")) or 0) if isinstance(details, dict) else 0
+        text = ""
+        for choice in chunk.get("choices") or ():
+            text += choice.get("text") or ""
+            if choice.get("finish_reason") is not None:
+                self.reason = "length" if choice["finish_reason"] == "length" else "stop"
+        return text
+
+
+class _SGLangReader(_Reader):
+    """SGLang's /generate chunks: the text so far (cumulative) and `meta_info` with the finish and counts."""
+
+    def __init__(self, parser: ToolParser, prompt_tokens: int) -> None:
+        super().__init__(parser, prompt_tokens)
+        self.text = ""
+
+    def read(self, chunk: dict[str, Any]) -> str:
+        text = chunk.get("text") or ""
+        # Cumulative by default; a server started with incremental streaming output sends only the new text.
+        new = text[len(self.text) :] if text.startswith(self.text) else text
+        self.text = text if text.startswith(self.text) else self.text + text
+        meta = chunk.get("meta_info")
+        if isinstance(meta, dict):
+            self.prompt_tokens = _int(meta.get("prompt_tokens")) or self.prompt_tokens
+            self.output_tokens = _int(meta.get("completion_tokens"))
+            self.cached_tokens = _int(meta.get("cached_tokens")) or 0
+            finish = meta.get("finish_reason")
+            if isinstance(finish, dict):
+                if finish.get("type") == "abort":
+                    raise Retryable(BackendError(f"The upstream engine aborted: {finish.get('message', '')}"))
+                self.reason = "length" if finish.get("type") == "length" else "stop"
+        return new
+
+
+class _LlamaCppReader(_Reader):
+    """llama.cpp's /completion chunks: `content` pieces; `stop: true` ends with the counts and `stop_type`."""
+
+    def read(self, chunk: dict[str, Any]) -> str:
+        if chunk.get("stop") is True:
+            self.done = True
+            self.reason = "length" if chunk.get("stop_type") == "limit" or chunk.get("truncated") else "stop"
+            self.prompt_tokens = _int(chunk.get("tokens_evaluated")) or self.prompt_tokens
+            self.output_tokens = _int(chunk.get("tokens_predicted"))
+            timings = chunk.get("timings")
+            cached = _int(timings.get("cache_n")) if isinstance(timings, dict) else None
+            self.cached_tokens = cached if cached is not None else _int(chunk.get("tokens_cached")) or 0
+        content = chunk.get("content")
+        return content if isinstance(content, str) else ""
+
+
+READERS: dict[str, type[_Reader]] = {"vllm": _VLLMReader, "sglang": _SGLangReader, "llamacpp": _LlamaCppReader}

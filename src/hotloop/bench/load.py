@@ -1,0 +1,212 @@
+"""The load scenario: many concurrent WebSocket agent sessions, each a scripted rollout, against one server.
+
+Every session opens its own WebSocket and runs `turns` turns of the agent loop (hotloop-sim calls a tool, the
+client answers it after `tool_ms`); sessions start spread over `ramp_s` so they do not move in lockstep. Per turn
+the client records the overhead (turn time seen by the client - model time, as in the agent-loop scenario) and the
+server's own share (`pre_inference + post_inference` from the `hotloop:timing_metrics` event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from hotloop.bench.agent_loop import AgentLoopConfig, model_ms, request_fields, run_rollout
+from hotloop.bench.clients import BenchError, WsClient
+from hotloop.bench.progress import Progress
+from hotloop.bench.scenario import Rollout
+from hotloop.bench.stats import median, percentile
+from hotloop.bench.tokens import chars_per_token
+
+ERRORS_KEPT = 10  # distinct error messages kept in the result
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    connections: int = 200
+    turns: int = 20
+    tps: float = 1000.0
+    ttft_ms: float = 20.0
+    tool_ms: float = 50.0
+    context_tokens: int = 10_000
+    ramp_s: float = 1.0
+    rollouts: int = 1  # rollouts per connection, one after another (more turns for the percentiles)
+    store: bool = False
+    turn_timeout_s: float = 60.0
+
+
+@dataclass
+class Session:
+    index: int
+    connect_ms: float = 0.0
+    overhead_ms: list[float] = field(default_factory=list)
+    server_ms: list[float] = field(default_factory=list)
+    ttft_ms: list[float] = field(default_factory=list)
+    error: str | None = None
+
+
+def _loop_config(config: LoadConfig) -> AgentLoopConfig:
+    return AgentLoopConfig(
+        turns=config.turns,
+        context_tokens=config.context_tokens,
+        tps=config.tps,
+        tool_ms=config.tool_ms,
+        ttft_ms=config.ttft_ms,
+        modes=("ws",),
+    )
+
+
+def server_share(timings: dict[str, Any] | None) -> float | None:
+    """The server's own time in a turn (ms): request → backend plus last token → terminal event."""
+    if not timings or "pre_inference" not in timings:
+        return None
+    return float(timings["pre_inference"]) + float(timings.get("post_inference", 0.0))
+
+
+async def _session(
+    index: int, base_url: str, config: LoadConfig, rollout: Rollout, api_key: str | None, start_at: float
+) -> Session:
+    session = Session(index)
+    await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
+    loop = _loop_config(config)
+    fields = {**request_fields(loop), "store": config.store}
+    client: WsClient | None = None
+    try:
+        opened = time.perf_counter()
+        client = await asyncio.wait_for(WsClient.open(base_url, fields, api_key), config.turn_timeout_s)
+        session.connect_ms = (time.perf_counter() - opened) * 1000.0
+        turns = []
+        for run in range(config.rollouts):
+            client.previous = None  # a new conversation on the same WebSocket
+            record = await asyncio.wait_for(
+                run_rollout(client, rollout, loop, run, Progress(enabled=False)), config.turn_timeout_s * config.turns
+            )
+            turns += record.turns
+        for turn in turns:
+            session.overhead_ms.append(turn.overhead_ms)
+            if turn.ttft_ms is not None:
+                session.ttft_ms.append(turn.ttft_ms)
+            share = server_share(turn.timings)
+            if share is not None:
+                session.server_ms.append(share)
+    except Exception as exc:  # an error event, a timeout, a dropped connection (websockets' ConnectionClosed)
+        session.error = f"{type(exc).__name__}: {exc}"[:500]
+    finally:
+        if client is not None:
+            try:
+                await client.close()
+            except Exception:
+                pass
+    return session
+
+
+async def run_load(
+    base_url: str,
+    config: LoadConfig,
+    api_key: str | None = None,
+    progress: Progress | None = None,
+    server_pid: int | None = None,
+) -> dict[str, Any]:
+    """One load run: a warm-up session, then `connections` sessions at once; the JSON-ready result."""
+    from hotloop.bench.server_process import ResourceMonitor
+
+    progress = progress or Progress(enabled=False)
+    cpt = await chars_per_token(base_url, api_key)
+    rollout = Rollout(turns=config.turns, context_tokens=config.context_tokens, chars_per_token=cpt)
+    warm = await _session(0, base_url, replace(config, rollouts=1), rollout, api_key, 0.0)
+    if warm.error:
+        raise BenchError(f"warm-up session failed: {warm.error}")
+    monitor = ResourceMonitor(server_pid).start() if server_pid else None
+    load_before = os.getloadavg()[0]  # how busy the machine was: other work skews every figure
+    client_cpu = _own_cpu()
+    progress.update(f"load: {config.connections} connections x {config.turns} turns")
+    start = time.perf_counter()
+    spacing = config.ramp_s / max(1, config.connections)
+    jobs = [
+        _session(index, base_url, config, rollout, api_key, start + index * spacing)
+        for index in range(config.connections)
+    ]
+    sessions = await asyncio.gather(*jobs)
+    wall_s = time.perf_counter() - start
+    client_cpu = _own_cpu() - client_cpu
+    if monitor is not None:
+        monitor.stop()
+    result = summarize(config, sessions, wall_s)
+    result["chars_per_token"] = cpt
+    result["loadavg_1m"] = [load_before, os.getloadavg()[0]]
+    result["client_cpu_s"] = client_cpu
+    result["server_cpu_s"] = monitor.cpu_s if monitor else None
+    result["server_cpu_percent"] = 100.0 * monitor.cpu_s / wall_s if monitor else None
+    result["server_peak_rss_mib"] = monitor.peak_rss / 2**20 if monitor else None
+    progress.update(_line(result), final=True)
+    return result
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def summarize(config: LoadConfig, sessions: list[Session], wall_s: float) -> dict[str, Any]:
+    overhead = [value for s in sessions for value in s.overhead_ms]
+    server = [value for s in sessions for value in s.server_ms]
+    ttft = [value for s in sessions for value in s.ttft_ms]
+    errors = [s.error for s in sessions if s.error]
+    return {
+        "connections": config.connections,
+        "turns": len(overhead),
+        "turns_expected": config.connections * config.turns * config.rollouts,
+        "errors": len(errors),
+        "error_messages": sorted(set(errors))[:ERRORS_KEPT],
+        "wall_s": wall_s,
+        "turns_per_s": len(overhead) / wall_s if wall_s else 0.0,
+        "overhead_ms": _spread(overhead),
+        "server_ms": _spread(server),
+        "ttft_ms": _spread(ttft),
+        "connect_ms": _spread([s.connect_ms for s in sessions if not s.error]),
+        "model_ms_first_turn": model_ms(config.ttft_ms, config.tps, 1),
+    }
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {
+        "p50": median(values),
+        "p90": percentile(values, 90),
+        "p99": percentile(values, 99),
+        "max": max(values) if values else float("nan"),
+    }
+
+
+def _line(result: dict[str, Any]) -> str:
+    over, server = result["overhead_ms"], result["server_ms"]
+    return (
+        f"load: {result['connections']} connections, {result['turns']} turns, {result['errors']} errors, "
+        f"overhead p50 {over['p50']:.2f} p99 {over['p99']:.2f} ms, server p50 {server['p50']:.2f} "
+        f"p99 {server['p99']:.2f} ms"
+    )
+
+
+def largest_under(runs: list[dict[str, Any]], target_ms: float, key: str = "overhead_ms") -> int | None:
+    """The most connections whose run had no errors and a p99 below `target_ms` (None if no run did)."""
+    passing = [run["connections"] for run in runs if run["errors"] == 0 and run[key]["p99"] < target_ms]
+    return max(passing) if passing else None
+
+
+def any_errors(result: dict[str, Any]) -> bool:
+    return any(run["errors"] for run in result["runs"])
+
+
+def load_result(config: LoadConfig, runs: list[dict[str, Any]], target_ms: float, workers: int) -> dict[str, Any]:
+    """The whole result; `config` is that of the last run (the runs differ only in their connection count)."""
+    settings = {**asdict(config), "connections": [run["connections"] for run in runs]}
+    return {
+        "scenario": "load",
+        "config": {**settings, "workers": workers, "p99_target_ms": target_ms},
+        "runs": runs,
+        "largest_connections_under_target": largest_under(runs, target_ms),
+        "largest_connections_under_target_server": largest_under(runs, target_ms, "server_ms"),
+    }

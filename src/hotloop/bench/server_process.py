@@ -1,0 +1,145 @@
+"""The load benchmark's server: `hotloop serve` in its own process (so the client's CPU is not the server's), and
+the CPU time and peak memory of that process and its workers, sampled with psutil."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ServerProcess:
+    """`python -m hotloop serve` on 127.0.0.1 (a free port), hotloop-sim only, a temporary data directory unless
+    `store_url` names another store; extra settings go in as HOTLOOP_* variables."""
+
+    def __init__(self, **settings: Any) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="hotloop-load-")
+        self.port = free_port()
+        values: dict[str, Any] = {
+            "data_dir": self._tmp.name,
+            "models": "hotloop-sim",
+            "default_model": "hotloop-sim",
+            "log_level": "warning",
+            "ws_ping_interval_s": 0,  # no pings in the middle of a measurement
+            **settings,
+        }
+        env = {**os.environ, **{f"HOTLOOP_{name.upper()}": str(value) for name, value in values.items()}}
+        command = [sys.executable, "-m", "hotloop", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        # The log goes to a file: a pipe nobody reads during the run would fill up and stall the server.
+        self._log = Path(self._tmp.name) / "server.log"
+        with self._log.open("wb") as log:
+            self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def wait_ready(self, timeout: float = 60) -> ServerProcess:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise OSError(f"the server exited ({self.process.returncode}): {self.log_tail()}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise OSError("the server did not come up")
+
+    def log_tail(self, chars: int = 2000) -> str:
+        return self._log.read_text(errors="replace")[-chars:]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> ServerProcess:
+        try:
+            return self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class ResourceMonitor:
+    """CPU seconds (user + system) used by a process and its children between `start` and `stop`, and the peak of
+    their summed resident memory, sampled every `interval` seconds on a thread."""
+
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
+        import psutil
+
+        self._root = psutil.Process(pid)
+        self.interval = interval
+        self.peak_rss = 0
+        self._cpu_start: dict[int, float] = {}
+        self._cpu_last: dict[int, float] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample_loop, name="hotloop-load-monitor", daemon=True)
+
+    def _processes(self) -> list[Any]:
+        import psutil
+
+        try:
+            return [self._root, *self._root.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def _sample(self) -> None:
+        import psutil
+
+        rss = 0
+        for process in self._processes():
+            try:
+                times = process.cpu_times()
+                rss += process.memory_info().rss
+            except psutil.Error:
+                continue
+            self._cpu_last[process.pid] = times.user + times.system
+            self._cpu_start.setdefault(process.pid, self._cpu_last[process.pid])
+        self.peak_rss = max(self.peak_rss, rss)
+
+    def _sample_loop(self) -> None:
+        while not self._done.wait(self.interval):
+            self._sample()
+
+    def start(self) -> ResourceMonitor:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+        self._sample()
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(self._cpu_last[pid] - self._cpu_start[pid] for pid in self._cpu_last)

@@ -1,0 +1,1 @@
+"""The operator's web console at `/`: static files (no build step) and one JSON snapshot of the server."""

@@ -1,0 +1,124 @@
+"""What the console shows, read from the live service in one pass: no I/O, nothing a key could identify.
+
+Numbers come from the same Prometheus registry `/metrics` serves, so the console and a scraper never disagree.
+Owners appear as a short prefix of their store tag (a hash of the key), never as the key.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+from hotloop.pipeline.service import Service
+
+OWNER_PREFIX = 12  # characters of the owner tag shown: enough to tell keys apart, useless to guess one
+
+
+def owner_label(owner: str) -> str:
+    return owner[:OWNER_PREFIX] if owner else "(no keys)"
+
+
+def snapshot(service: Service) -> dict[str, Any]:
+    readings = _metric_samples(service)
+    return {
+        "time": time.time(),
+        "uptime_s": round(time.time() - service.started_at, 1),
+        "models": [model.id for model in service.models],
+        "responses": _responses(readings),
+        "in_flight": sum(readings.get("hotloop_responses_in_flight", {}).values()),
+        "stages": _stages(readings),
+        "caches": _caches(readings),
+        "gauges": {name: value for name, value in _gauges(readings).items()},
+        "connections": _connections(service),
+        "ledger": _ledger(service),
+    }
+
+
+Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
+
+
+def _metric_samples(service: Service) -> Samples:
+    """Every sample in the registry: name -> {sorted labels -> value}."""
+    samples: Samples = defaultdict(dict)
+    for family in service.metrics.registry.collect():
+        for sample in family.samples:
+            samples[sample.name][tuple(sorted(sample.labels.items()))] = sample.value
+    return samples
+
+
+def _responses(readings: Samples) -> dict[str, Any]:
+    by_status: dict[str, float] = defaultdict(float)
+    by_transport: dict[str, float] = defaultdict(float)
+    for labels, value in readings.get("hotloop_responses_total", {}).items():
+        tags = dict(labels)
+        by_status[tags["status"]] += value
+        by_transport[tags["transport"]] += value
+    return {"total": sum(by_status.values()), "by_status": by_status, "by_transport": by_transport}
+
+
+def _stages(readings: Samples) -> dict[str, Any]:
+    """Per stage: count, sum (seconds) and the cumulative histogram buckets as [upper bound, count]."""
+    stages: dict[str, dict[str, Any]] = defaultdict(lambda: {"count": 0, "sum": 0.0, "buckets": []})
+    for labels, value in readings.get("hotloop_stage_seconds_bucket", {}).items():
+        tags = dict(labels)
+        bound = float(tags["le"])
+        stages[tags["stage"]]["buckets"].append([bound if bound != float("inf") else None, value])
+    for labels, value in readings.get("hotloop_stage_seconds_count", {}).items():
+        stages[dict(labels)["stage"]]["count"] = value
+    for labels, value in readings.get("hotloop_stage_seconds_sum", {}).items():
+        stages[dict(labels)["stage"]]["sum"] = value
+    for stage in stages.values():
+        stage["buckets"].sort(key=lambda pair: float("inf") if pair[0] is None else pair[0])
+    return stages
+
+
+def _caches(readings: Samples) -> dict[str, Any]:
+    caches: dict[str, dict[str, float]] = defaultdict(lambda: {"hit": 0.0, "miss": 0.0})
+    for labels, value in readings.get("hotloop_cache_lookups_total", {}).items():
+        tags = dict(labels)
+        caches[tags["cache"]][tags["result"]] = value
+    return {
+        name: {**counts, "hit_rate": counts["hit"] / (counts["hit"] + counts["miss"]) if any(counts.values()) else None}
+        for name, counts in caches.items()
+    }
+
+
+def _gauges(readings: Samples) -> dict[str, float]:
+    """The other readings, one row per label set (`cache_bytes{cache=chain}`), without the histogram and counter
+    series shown in their own panels."""
+    shown_elsewhere = ("hotloop_stage_seconds", "hotloop_responses", "hotloop_cache_lookups")
+    gauges: dict[str, float] = {}
+    for name, values in sorted(readings.items()):
+        if name.startswith(shown_elsewhere) or name.endswith("_created"):
+            continue
+        for labels, value in values.items():
+            tags = ",".join(f"{key}={tag}" for key, tag in labels)
+            gauges[name.removeprefix("hotloop_") + (f"{{{tags}}}" if tags else "")] = value
+    return gauges
+
+
+def _connections(service: Service) -> list[dict[str, Any]]:
+    now = time.time()
+    rows: list[dict[str, Any]] = []
+    for session in list(service.sessions):
+        lanes = [
+            {
+                "lane": lane if lane is not None else "default",
+                "response_id": state.response.id,
+                "model": state.response.model,
+                "items": len(state.context),
+            }
+            for lane, state in session.lanes().items()
+        ]
+        rows.append({"owner": owner_label(session.owner), "age_s": round(now - session.opened_at, 1), "lanes": lanes})
+    rows.sort(key=lambda row: float(row["age_s"]), reverse=True)
+    return rows
+
+
+def _ledger(service: Service) -> list[dict[str, Any]]:
+    """Usage per key since this process started, from the ledger's running totals."""
+    return [
+        {"owner": owner_label(owner), **{field: getattr(totals, field) for field in totals.__struct_fields__}}
+        for owner, totals in sorted(service.ledger.totals_by_owner.items())
+    ]

@@ -1,0 +1,175 @@
+"""The Conversations API (`/v1/conversations`) and a response's `conversation`: a stored, owner-scoped list of
+items that a response reads as its context and extends with its input and output once it has finished.
+
+Unlike a `previous_response_id` chain, a conversation can be edited (items added or deleted), so its context is
+read from the store every turn, in one round trip, and rendered through the content-addressed token cache.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import msgspec
+
+from hotloop.errors import InvalidParam, MissingParam, NotFound
+from hotloop.ids import new_id
+from hotloop.pipeline.normalize import normalize_item
+from hotloop.pipeline.queries import ItemList, item_list
+from hotloop.pipeline.service import Service
+from hotloop.pipeline.session import Session
+from hotloop.pipeline.validate import check_metadata
+from hotloop.wire.conversations import (
+    MAX_ITEMS_PER_CALL,
+    AddItems,
+    Conversation,
+    CreateConversation,
+    DeletedConversation,
+    UpdateConversation,
+)
+from hotloop.wire.items import ContextItem, ItemReference, item_to_builtins
+from hotloop.wire.request import CreateRequest, decode_body
+
+_create = msgspec.json.Decoder(CreateConversation)
+_update = msgspec.json.Decoder(UpdateConversation)
+_add = msgspec.json.Decoder(AddItems)
+
+
+def _not_found(conversation_id: str) -> NotFound:
+    return NotFound(
+        f"Conversation with id '{conversation_id}' not found.", param="conversation_id", code="conversation_not_found"
+    )
+
+
+def _items(raw: Any, param: str = "items") -> list[ContextItem]:
+    if not isinstance(raw, list):
+        raise InvalidParam(f"'{param}' must be an array of items.", param=param, code="invalid_type")
+    if len(raw) > MAX_ITEMS_PER_CALL:
+        raise InvalidParam(f"'{param}' holds at most {MAX_ITEMS_PER_CALL} items per call.", param=param)
+    items: list[ContextItem] = []
+    for index, entry in enumerate(raw):
+        item = normalize_item(entry, f"{param}[{index}]")
+        if isinstance(item, ItemReference):
+            raise InvalidParam("Item references cannot be stored in a conversation.", param=f"{param}[{index}]")
+        items.append(item)
+    return items
+
+
+def _metadata(raw: Any) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise InvalidParam("metadata must be an object of strings.", param="metadata", code="invalid_type")
+    check_metadata(raw)
+    return dict(raw)
+
+
+async def create(service: Service, session: Session, body: bytes) -> Conversation:
+    request: CreateConversation = decode_body(_create, body or b"{}")
+    items = _items(request.items) if request.items is not None else []
+    conversation = Conversation(id=new_id("conv"), created_at=int(time.time()), metadata=_metadata(request.metadata))
+    await service.store.create_conversation(session.owner, conversation, items)
+    return conversation
+
+
+async def get(service: Service, session: Session, conversation_id: str) -> Conversation:
+    conversation = await service.store.get_conversation(session.owner, conversation_id)
+    if conversation is None:
+        raise _not_found(conversation_id)
+    return conversation
+
+
+async def update(service: Service, session: Session, conversation_id: str, body: bytes) -> Conversation:
+    request: UpdateConversation = decode_body(_update, body)
+    if request.metadata is msgspec.UNSET:
+        raise MissingParam("Missing required parameter: 'metadata'.", param="metadata")
+    conversation = await service.store.update_conversation(session.owner, conversation_id, _metadata(request.metadata))
+    if conversation is None:
+        raise _not_found(conversation_id)
+    return conversation
+
+
+async def delete(service: Service, session: Session, conversation_id: str) -> DeletedConversation:
+    if not await service.store.delete_conversation(session.owner, conversation_id):
+        raise _not_found(conversation_id)
+    return DeletedConversation(id=conversation_id)
+
+
+async def add_items(service: Service, session: Session, conversation_id: str, body: bytes) -> ItemList:
+    request: AddItems = decode_body(_add, body)
+    if request.items is msgspec.UNSET:
+        raise MissingParam("Missing required parameter: 'items'.", param="items")
+    items = _items(request.items)
+    if not await service.store.add_conversation_items(session.owner, conversation_id, items):
+        raise _not_found(conversation_id)
+    return item_list(items, has_more=False)
+
+
+async def list_items(
+    service: Service,
+    session: Session,
+    conversation_id: str,
+    *,
+    after: str | None,
+    limit: int,
+    order: Literal["asc", "desc"],
+) -> ItemList:
+    page = await service.store.conversation_items(session.owner, conversation_id, after=after, limit=limit, order=order)
+    if page is None:
+        raise _not_found(conversation_id)
+    return item_list(page.items, page.has_more)
+
+
+async def get_item(service: Service, session: Session, conversation_id: str, item_id: str) -> Any:
+    item = await service.store.conversation_item(session.owner, conversation_id, item_id)
+    if item is None:
+        await get(service, session, conversation_id)  # 404 for the conversation before the item
+        raise NotFound(f"Item with id '{item_id}' not found.", param="item_id", code="item_not_found")
+    return item_to_builtins(item)
+
+
+async def delete_item(service: Service, session: Session, conversation_id: str, item_id: str) -> Conversation:
+    deleted = await service.store.delete_conversation_item(session.owner, conversation_id, item_id)
+    if deleted is None:
+        raise _not_found(conversation_id)
+    if not deleted:
+        raise NotFound(f"Item with id '{item_id}' not found.", param="item_id", code="item_not_found")
+    return await get(service, session, conversation_id)
+
+
+# -- a response's `conversation` --------------------------------------------------------------------------------
+
+
+def conversation_id_of(request: CreateRequest) -> str | None:
+    """`conversation` as a string id or `{"id": …}`; raises `InvalidParam` for anything else."""
+    value = request.conversation
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        value = value.get("id")
+    if not isinstance(value, str) or not value:
+        raise InvalidParam("conversation must be a conversation id or an object with an 'id'.", param="conversation")
+    return value
+
+
+def check_new_ids(history: list[ContextItem], new_items: list[ContextItem]) -> None:
+    """An input item may not reuse an id already in the conversation: checked before generating, since the items
+    are appended only once the response has finished."""
+    ids = {item_id for item in history if (item_id := getattr(item, "id", None)) is not None}
+    for index, item in enumerate(new_items):
+        if getattr(item, "id", None) in ids:
+            raise InvalidParam(
+                f"An item with id '{item.id}' is already in the conversation.",
+                param=f"input[{index}].id",
+                code="duplicate_item",
+            )
+
+
+async def context_of(service: Service, session: Session, conversation_id: str) -> list[ContextItem]:
+    """Every item of the conversation, oldest first, in one store round trip; 404 names `conversation`."""
+    items = await service.store.load_conversation(session.owner, conversation_id)
+    if items is None:
+        raise NotFound(
+            f"Conversation with id '{conversation_id}' not found.", param="conversation", code="conversation_not_found"
+        )
+    return items

@@ -1,0 +1,165 @@
+"""The engine's HTTP API: OpenAI's /v1/chat/completions, /v1/completions and a stateless /v1/responses (streamed
+or not), /v1/models, SGLang's /generate and llama.cpp's /completion (token ids or text), and the
+test facilities GET /stats, POST /stats/reset and POST /sim/script."""
+
+from __future__ import annotations
+
+import asyncio
+from array import array
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from hotloop.backends.base import Delta, Finished, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from hotloop.backends.sim import SimFault
+from hotloop.ids import new_id
+from hotloop.simengine import requests as req
+from hotloop.simengine.engine import Engine, Override
+from hotloop.simengine.native import GenerateChunks, LlamaCppChunks
+from hotloop.simengine.responses import create_response
+from hotloop.simengine.sse import ChatChunks, CompletionChunks, Output, sse
+
+_encode = msgspec.json.encode
+
+
+def error_response(status: int, message: str, param: str | None = None, code: str | None = None) -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return JSONResponse(body, status_code=status)
+
+
+def build_app(engine: Engine) -> Starlette:
+    async def chat(request: Request) -> Response:
+        body: req.ChatBody = req.decode(await request.body(), req.ChatBody)
+        specs = req.tool_specs(body)
+        mode, forced = req.tool_mode(body, specs)
+        messages, calls = req.template_messages(body, specs)
+        limit = req.max_tokens(body)
+        tokens = await asyncio.to_thread(engine.chat.tokens, messages)  # a long prompt takes a while
+        kwargs = dict(
+            tools=specs if mode != "none" else [],
+            tool_choice=mode,
+            forced_tool=forced,
+            parallel_tool_calls=body.parallel_tool_calls is not False,
+            max_output_tokens=limit,
+            text_format=req.text_format(body),
+            calls_so_far=calls,
+        )
+        chunks = ChatChunks(new_id("chatcmpl"), body.model or engine.settings.model)
+        return await _run(engine, request, body, tokens, kwargs, chunks)
+
+    async def completions(request: Request) -> Response:
+        body: req.CompletionBody = req.decode(await request.body(), req.CompletionBody)
+        tokens, kwargs = await _prompt(engine, req.single_prompt(body.prompt))
+        kwargs["max_output_tokens"] = body.max_tokens
+        chunks = CompletionChunks(new_id("cmpl"), body.model or engine.settings.model)
+        return await _run(engine, request, body, tokens, kwargs, chunks)
+
+    async def generate(request: Request) -> Response:
+        body: req.GenerateBody = req.decode(await request.body(), req.GenerateBody)
+        if (body.input_ids is None) == (body.text is None):
+            raise req.BadRequest("Give either input_ids or text.", param="input_ids")
+        raw = body.input_ids if body.input_ids is not None else body.text
+        tokens, kwargs = await _prompt(engine, req.single_prompt(raw or ""))
+        kwargs["max_output_tokens"] = body.sampling_params.max_new_tokens
+        return await _run(engine, request, body, tokens, kwargs, GenerateChunks(new_id("gen"), len(tokens)))
+
+    async def completion(request: Request) -> Response:
+        body: req.LlamaCppBody = req.decode(await request.body(), req.LlamaCppBody)
+        tokens, kwargs = await _prompt(engine, req.single_prompt(body.prompt))
+        kwargs["max_output_tokens"] = body.n_predict if body.n_predict >= 0 else None
+        return await _run(engine, request, body, tokens, kwargs, LlamaCppChunks())
+
+    async def responses(request: Request) -> Response:
+        return await create_response(engine, request)
+
+    async def models(request: Request) -> Response:
+        model = {"id": engine.settings.model, "object": "model", "created": 0, "owned_by": "hotloop-sim-engine"}
+        return JSONResponse({"object": "list", "data": [model]})
+
+    async def stats(request: Request) -> Response:
+        return Response(_encode(engine.stats), media_type="application/json")
+
+    async def reset(request: Request) -> Response:
+        engine.reset()
+        return Response(_encode(engine.stats), media_type="application/json")
+
+    async def script(request: Request) -> Response:
+        try:
+            steps = msgspec.json.decode(await request.body(), type=list[Override])
+        except msgspec.MsgspecError as exc:
+            return error_response(400, f"Invalid script: {exc}")
+        engine.script.extend(steps)
+        return JSONResponse({"queued": len(engine.script)})
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def bad_request(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, req.BadRequest)
+        return error_response(400, str(exc), exc.param, "invalid_value")
+
+    routes = [
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/generate", generate, methods=["POST"]),
+        Route("/completion", completion, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/stats", stats, methods=["GET"]),
+        Route("/stats/reset", reset, methods=["POST"]),
+        Route("/sim/script", script, methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={req.BadRequest: bad_request})
+
+
+async def _prompt(engine: Engine, prompt: str | array[int]) -> tuple[Sequence[int], dict[str, Any]]:
+    """A completion prompt's ids (a token-ID prompt skips tokenization, as with a real engine) and the tools its
+    text offers, with the calls already made: the engine's tool policy then acts as a model reading it would."""
+    if isinstance(prompt, array):
+        tokens: Sequence[int] = prompt
+        specs, calls = await asyncio.to_thread(engine.scans.scan, prompt)
+    else:
+        tokens = await asyncio.to_thread(engine.chat.tokenizer.encode, prompt)
+        specs, calls = req.tools_in_prompt(prompt)
+    return tokens, {"tools": specs, "tool_choice": "auto" if specs else "none", "calls_so_far": calls}
+
+
+async def _run(
+    engine: Engine, request: Request, body: Any, tokens: Sequence[int], kwargs: dict[str, Any], chunks: Output
+) -> Response:
+    override = engine.admit(body.model, request.headers.get("authorization", ""))
+    if override is not None and override.status is not None:
+        engine.stats.failed += 1
+        return error_response(override.status, override.message, code="simulated_error")
+    deltas = engine.generate(tokens, override, **kwargs)
+    if body.stream:
+        usage = body.stream_options is not None and body.stream_options.include_usage
+        stream = engine.counted(sse(chunks, deltas, usage), lambda: chunks.failed)
+        return StreamingResponse(stream, media_type="text/event-stream")
+    engine.stats.active += 1
+    try:
+        result = await _collect(deltas, chunks)
+    except SimFault as exc:
+        engine.stats.failed += 1
+        return error_response(500, str(exc), code="simulated_error")
+    finally:
+        engine.stats.active -= 1
+    engine.stats.completed += 1
+    return Response(_encode(result), media_type="application/json")
+
+
+async def _collect(deltas: AsyncGenerator[Delta, None], chunks: Output) -> dict[str, Any]:
+    out = chunks.collector()
+    async for delta in deltas:
+        if isinstance(delta, Finished):
+            return out.result(delta)
+        if isinstance(delta, TextDelta | ToolCallStart | ToolCallDelta | ToolCallEnd):
+            out.add(delta)
+    raise SimFault("generation ended without a result")

@@ -1,0 +1,53 @@
+"""`hotloop sim-engine`: parse the flags, load SmolLM2's tokenizer and template, serve with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+
+from hotloop.simengine.engine import EngineSettings
+
+
+def add_sim_engine_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "sim-engine",
+        help="run a stand-in OpenAI-compatible engine (tests, comparisons)",
+        description="A standalone OpenAI-compatible engine with modelled costs: /v1/chat/completions and "
+        "/v1/completions, real tokenization (SmolLM2), prefill charged only for tokens not in a cached prefix, "
+        "decode at --tps, hotloop-sim's deterministic output and tool policy (docs/backends.md).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    defaults = EngineSettings()
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8100, help="TCP port")
+    parser.add_argument("--model", default=defaults.model, help="model name in /v1/models and responses")
+    parser.add_argument("--tps", type=float, default=defaults.tps, help="decode rate, output tokens per second")
+    parser.add_argument(
+        "--prefill-us-per-token",
+        type=float,
+        default=defaults.prefill_us_per_token,
+        help="prefill cost in microseconds per prompt token not covered by a cached prefix",
+    )
+    parser.add_argument(
+        "--prefix-cache-entries", type=int, default=defaults.prefix_cache_entries, help="prompts kept (LRU)"
+    )
+    parser.add_argument("--output-tokens", type=int, default=defaults.output_tokens, help="length of a text answer")
+    parser.add_argument("--tool-calls", type=int, default=defaults.tool_calls, help="K: calls before answering")
+    parser.add_argument(
+        "--parallel-calls", type=int, default=defaults.parallel_calls, help="calls per response when parallel"
+    )
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="output seed")
+    parser.add_argument("--log-level", default="warning", help="uvicorn log level")
+
+
+def run_sim_engine(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from hotloop.backends.gguf import smollm2_chat_format
+    from hotloop.simengine.app import build_app
+    from hotloop.simengine.engine import Engine
+
+    # Each setting has its flag (`--prefill-us-per-token` → prefill_us_per_token), so the fields name the flags.
+    settings = EngineSettings(**{name: getattr(args, name) for name in EngineSettings.__struct_fields__})
+    app = build_app(Engine(settings, smollm2_chat_format()))
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    return 0

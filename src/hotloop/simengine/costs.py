@@ -1,0 +1,49 @@
+"""The engine's cost model: an LRU of prompt prefixes (what a prefix-caching engine keeps) and prefill time."""
+
+from __future__ import annotations
+
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from hotloop.backends.sim import _pack, _shared_prefix
+
+_TOKEN = array("i").itemsize
+
+
+class PrefixCache:
+    """Recent prompts as packed token ids, least recently used first; `match` is the longest shared prefix."""
+
+    def __init__(self, entries: int) -> None:
+        self.entries = max(0, entries)
+        self._prompts: OrderedDict[bytes, None] = OrderedDict()
+
+    def match(self, tokens: Sequence[int]) -> int:
+        """Tokens of `tokens` an earlier prompt covers from the start, and remember `tokens` (most recent)."""
+        packed = _pack(tokens)
+        best = 0
+        for seen in reversed(self._prompts):  # newest first: a continuation's parent usually covers most
+            size = len(seen) // _TOKEN
+            if size <= best:
+                continue
+            best = size if packed.startswith(seen) else max(best, _shared_prefix(seen, packed, best))
+            if best == len(packed) // _TOKEN:
+                break
+        self._remember(packed)
+        return best
+
+    def _remember(self, packed: bytes) -> None:
+        if self.entries == 0:
+            return
+        self._prompts[packed] = None
+        self._prompts.move_to_end(packed)
+        while len(self._prompts) > self.entries:
+            self._prompts.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._prompts)
+
+
+def prefill_ms(prompt_tokens: int, cached_tokens: int, us_per_token: float) -> float:
+    """Prefill time: only the tokens not shared with a cached prefix are computed."""
+    return max(0, prompt_tokens - cached_tokens) * us_per_token / 1000.0

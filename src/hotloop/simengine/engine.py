@@ -1,0 +1,125 @@
+"""The engine: prompt tokens in, hotloop-sim's deltas out, paced by the cost model; counters and test faults."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from hotloop.backends.base import Delta, Finished, GenerationRequest
+from hotloop.backends.sim import FAULT_KEY, SimBackend, SimSettings
+from hotloop.pipeline.render import ChatFormat
+from hotloop.simengine.costs import PrefixCache, prefill_ms
+from hotloop.simengine.scan import PromptScans
+
+
+class EngineSettings(msgspec.Struct, frozen=True, kw_only=True):
+    model: str = "sim-engine"
+    tps: float = 1000.0
+    prefill_us_per_token: float = 50.0
+    prefix_cache_entries: int = 256
+    output_tokens: int = 32
+    tool_calls: int = 2
+    parallel_calls: int = 1
+    seed: int = 0
+
+
+class Override(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the next request does instead of the normal (POST /sim/script, a test facility)."""
+
+    status: int | None = None  # answer with this HTTP error instead
+    message: str = "simulated engine error"
+    stall_after: int | None = None  # stop sending after N output tokens (the connection stays open)
+    die_after: int | None = None  # an error chunk after N output tokens, then the stream ends
+    tps: float | None = None
+    output_tokens: int | None = None
+
+
+class Stats(msgspec.Struct, kw_only=True):
+    """GET /stats: what the engine did since start (or the last reset)."""
+
+    requests: int = 0  # every generation request, errors included
+    active: int = 0
+    completed: int = 0
+    cancelled: int = 0  # streams the client closed before their end
+    failed: int = 0  # scripted errors
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    last_model: str = ""
+    last_authorization: str = ""  # the Authorization header of the last request (tests check the upstream key)
+
+
+class Engine:
+    def __init__(self, settings: EngineSettings, chat: ChatFormat) -> None:
+        self.settings = settings
+        self.chat = chat
+        self.cache = PrefixCache(settings.prefix_cache_entries)
+        self.scans = PromptScans(chat.tokenizer.decode)
+        sim = SimSettings(
+            tps=settings.tps,
+            output_tokens=settings.output_tokens,
+            tool_calls=settings.tool_calls,
+            parallel_calls=settings.parallel_calls,
+            seed=settings.seed,
+        )
+        self.sim = SimBackend(sim)  # hotloop-sim's output and tool policy, shared, not copied
+        self.stats = Stats()
+        self.script: deque[Override] = deque()
+
+    def reset(self) -> None:
+        self.stats = Stats()
+        self.script.clear()
+        self.cache = PrefixCache(self.settings.prefix_cache_entries)
+        self.scans = PromptScans(self.chat.tokenizer.decode)
+
+    def admit(self, model: str, authorization: str) -> Override | None:
+        """Count a request and take its scripted override, if any."""
+        self.stats.requests += 1
+        self.stats.last_model = model
+        self.stats.last_authorization = authorization
+        return self.script.popleft() if self.script else None
+
+    async def generate(
+        self, tokens: Sequence[int], override: Override | None, **request: Any
+    ) -> AsyncGenerator[Delta, None]:
+        """The deltas of one generation; `Finished` carries the prompt size and the cached prefix."""
+        cached = self.cache.match(tokens)
+        metadata = {"sim_ttft_ms": str(prefill_ms(len(tokens), cached, self.settings.prefill_us_per_token))}
+        if override is not None:
+            if override.tps is not None:
+                metadata["sim_tps"] = str(override.tps)
+            if override.output_tokens is not None:
+                metadata["sim_output_tokens"] = str(override.output_tokens)
+            if override.stall_after is not None:
+                metadata[FAULT_KEY] = f"stall_after:{override.stall_after}"
+            elif override.die_after is not None:
+                metadata[FAULT_KEY] = f"die_after:{override.die_after}"
+        generation = GenerationRequest(prompt_tokens=tokens, metadata=metadata, **request)
+        self.stats.prompt_tokens += len(tokens)
+        self.stats.cached_tokens += cached
+        async for delta in self.sim.generate(generation):
+            if isinstance(delta, Finished):
+                self.stats.completion_tokens += delta.output_tokens
+                delta = Finished(delta.reason, delta.output_tokens, cached, prompt_tokens=len(tokens))
+            yield delta
+
+    async def counted(self, stream: AsyncGenerator[bytes, None], failed: Callable[[], bool]) -> AsyncIterator[bytes]:
+        """A response stream, counted: one closed before its end (the client went away) is `cancelled`."""
+        self.stats.active += 1
+        ended = False
+        try:
+            async for chunk in stream:
+                yield chunk
+            ended = True
+        finally:
+            self.stats.active -= 1
+            if failed():
+                self.stats.failed += 1
+            elif ended:
+                self.stats.completed += 1
+            else:
+                self.stats.cancelled += 1
+            await stream.aclose()

@@ -1,0 +1,223 @@
+"""Request bodies of the engine's endpoints, and a chat request as the template messages and tool policy input."""
+
+from __future__ import annotations
+
+import json
+from array import array
+from typing import Any, Literal
+
+import msgspec
+
+from hotloop.backends.base import ToolSpec
+from hotloop.pipeline.render import Chat, tool_prompt
+
+
+class BadRequest(Exception):
+    """A request the engine refuses with 400, naming the parameter."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class StreamOptions(msgspec.Struct):
+    include_usage: bool = False
+
+
+class FunctionDef(msgspec.Struct):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ChatTool(msgspec.Struct):
+    function: FunctionDef
+    type: str = "function"
+
+
+class ChatMessage(msgspec.Struct):
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class ChatBody(msgspec.Struct):
+    messages: list[ChatMessage]
+    model: str = ""
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    tools: list[ChatTool] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    response_format: dict[str, Any] | None = None
+
+
+class CompletionBody(msgspec.Struct):
+    prompt: str | list[Any]  # a string, token ids, or a one-element batch of either (checked by single_prompt)
+    model: str = ""
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = 16  # OpenAI's default for /v1/completions
+
+
+class SamplingParams(msgspec.Struct):
+    max_new_tokens: int | None = 128  # SGLang's default
+
+
+class GenerateBody(msgspec.Struct):
+    """SGLang's POST /generate: `input_ids` (or `text`), `sampling_params`, `stream`."""
+
+    input_ids: list[Any] | None = None
+    text: str | None = None
+    sampling_params: SamplingParams = msgspec.field(default_factory=SamplingParams)
+    stream: bool = False
+    model: str = ""
+    stream_options: StreamOptions | None = None  # not SGLang's: the shared runner reads it
+
+
+class LlamaCppBody(msgspec.Struct):
+    """llama.cpp server's POST /completion: `prompt` (text or ids), `n_predict`, `stream`."""
+
+    prompt: str | list[Any]
+    n_predict: int = -1  # llama.cpp's default: until the end of generation
+    stream: bool = False
+    model: str = ""
+    stream_options: StreamOptions | None = None
+
+
+def tools_in_prompt(text: str) -> tuple[list[ToolSpec], int]:
+    """The tools a rendered prompt offers (hotloop's `<tools>` section, one JSON object per line) and the
+    `<tool_call>` blocks after it: what a model reading the token ids would see."""
+    start, end = text.find("<tools>\n"), text.find("\n</tools>")
+    if start < 0 or end < start:
+        return [], 0
+    specs = []
+    for line in text[start + len("<tools>\n") : end].splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            kind: Literal["function", "custom"] = "custom" if "input" in entry else "function"
+            specs.append(ToolSpec(entry["name"], kind, entry.get("description"), entry.get("parameters")))
+    calls = max(0, text.count("<tool_call>", end) - 1)  # the tool prompt's own example is one
+    return specs, calls
+
+
+def decode(body: bytes, kind: type[Any]) -> Any:
+    try:
+        return msgspec.json.decode(body, type=kind)
+    except msgspec.ValidationError as exc:
+        raise BadRequest(f"Invalid request: {exc}", param=_param_of(str(exc))) from None
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"Invalid JSON: {exc}") from None
+
+
+def _param_of(message: str) -> str | None:
+    # msgspec says "… - at `$.messages[0].role`"
+    _, found, where = message.rpartition("at `$.")
+    return where.rstrip("`") if found else None
+
+
+def single_prompt(prompt: str | list[Any]) -> str | array[int]:
+    """One prompt: a string or token ids (a one-element batch of either is accepted; larger batches are not).
+
+    Ids become an array("i") at once (checked in C: a long prompt costs the engine next to nothing here)."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return prompt
+    try:
+        tokens = array("i", prompt)
+    except (TypeError, OverflowError):
+        tokens = array("i")
+    if not tokens:
+        raise BadRequest("prompt must be a string or a non-empty list of token ids (one prompt).", param="prompt")
+    if min(tokens) < 0:
+        raise BadRequest("Token ids must be non-negative.", param="prompt")
+    return tokens
+
+
+def max_tokens(body: ChatBody) -> int | None:
+    value = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    if value is not None and value < 1:
+        raise BadRequest("max_tokens must be at least 1.", param="max_tokens")
+    return value
+
+
+def tool_specs(body: ChatBody) -> list[ToolSpec]:
+    specs = []
+    for index, tool in enumerate(body.tools or []):
+        if tool.type != "function":
+            raise BadRequest(f"Unsupported tool type {tool.type!r}.", param=f"tools[{index}].type")
+        specs.append(ToolSpec(tool.function.name, "function", tool.function.description, tool.function.parameters))
+    return specs
+
+
+def tool_mode(body: ChatBody, specs: list[ToolSpec]) -> tuple[str, str | None]:
+    """`tool_choice` as hotloop-sim's (mode, forced tool name)."""
+    choice = body.tool_choice
+    if choice is None:
+        return ("auto" if specs else "none"), None
+    if isinstance(choice, str):
+        if choice not in ("auto", "none", "required"):
+            raise BadRequest(f"Invalid tool_choice {choice!r}.", param="tool_choice")
+        return choice, None
+    name = (choice.get("function") or {}).get("name")
+    if not isinstance(name, str) or name not in {spec.name for spec in specs}:
+        raise BadRequest("tool_choice names no declared function.", param="tool_choice")
+    return "required", name
+
+
+def text_format(body: ChatBody) -> dict[str, Any]:
+    fmt = body.response_format or {"type": "text"}
+    if fmt.get("type") == "json_schema":
+        return {"type": "json_schema", "schema": (fmt.get("json_schema") or {}).get("schema")}
+    return {"type": str(fmt.get("type", "text"))}
+
+
+def template_messages(body: ChatBody, specs: list[ToolSpec]) -> tuple[list[Chat], int]:
+    """The chat template's messages (tool calls as `<tool_call>` text, like hotloop's own render) and the tool
+    calls already in the conversation (hotloop-sim's tool policy counts them)."""
+    messages: list[Chat] = []
+    calls = 0
+    for message in body.messages:
+        text = _content_text(message.content)
+        for call in message.tool_calls or []:
+            calls += 1
+            function = call.get("function") or {}
+            payload = {"name": function.get("name"), "arguments": _arguments(function.get("arguments"))}
+            text += ("\n" if text else "") + "<tool_call>\n" + json.dumps(payload) + "\n</tool_call>"
+        role = "system" if message.role == "developer" else message.role
+        messages.append({"role": role, "content": text})
+    if specs:
+        offered = tool_prompt(specs)
+        if messages and messages[0]["role"] == "system":
+            messages[0] = {"role": "system", "content": messages[0]["content"] + "\n\n" + offered}
+        else:
+            messages.insert(0, {"role": "system", "content": offered})
+    return messages, calls
+
+
+def _content_text(content: str | list[dict[str, Any]] | None) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts = []
+    for part in content:
+        if part.get("type") == "text":
+            parts.append(str(part.get("text", "")))
+        elif part.get("type") == "image_url":
+            parts.append("[image]")
+    return "\n".join(parts)
+
+
+def _arguments(raw: Any) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw

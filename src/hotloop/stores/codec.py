@@ -1,0 +1,89 @@
+"""How every store encodes what it keeps: items as (type, JSON body) pairs, a response's size for the byte budget,
+usage records as JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from hotloop.metering.records import UsageRecord
+from hotloop.wire.items import KNOWN_ITEM_TYPES, ContextItem, OtherItem, item_to_builtins
+from hotloop.wire.response import Response
+
+encode = msgspec.json.Encoder().encode
+_decoders = {name: msgspec.json.Decoder(cls) for name, cls in KNOWN_ITEM_TYPES.items()}
+# A blob of items: [[type, item], ...]; each item stays raw until its type picks the decoder.
+_blob_decoder = msgspec.json.Decoder(list[tuple[str, msgspec.Raw]])
+usage_decoder = msgspec.json.Decoder(UsageRecord)
+_timings_decoder = msgspec.json.Decoder(dict[str, float])
+
+
+class ItemRow(msgspec.Struct, array_like=True):
+    """One item as stored: its id (for `item_reference` lookups), its type and its JSON body."""
+
+    item_id: str | None
+    type: str
+    body: bytes
+
+
+def decode_item(type_name: str, body: bytes) -> ContextItem:
+    decoder = _decoders.get(type_name)
+    if decoder is None:
+        return OtherItem(raw=msgspec.json.decode(body))
+    item: ContextItem = decoder.decode(body)
+    return item
+
+
+def item_rows(items: list[Any]) -> list[ItemRow]:
+    rows = []
+    for item in items:
+        raw = item_to_builtins(item)
+        item_id = raw.get("id")
+        rows.append(ItemRow(item_id if isinstance(item_id, str) else None, raw.get("type", "message"), encode(raw)))
+    return rows
+
+
+def encode_blob(rows: list[ItemRow]) -> bytes:
+    """Several items in one value (Redis keeps a response's input and output items as two such blobs)."""
+    return encode([(row.type, msgspec.Raw(row.body)) for row in rows])
+
+
+def decode_blob(blob: bytes) -> list[ContextItem]:
+    return [decode_item(type_name, bytes(body)) for type_name, body in _blob_decoder.decode(blob)]
+
+
+def stored_size(body: bytes, rows: list[ItemRow]) -> int:
+    """The bytes a response counts against `retention_max_bytes`: its JSON and its items' JSON."""
+    return len(body) + sum(len(row.body) for row in rows)
+
+
+class Encoded(msgspec.Struct):
+    """A response ready for any store: its body, its input and output item rows and its size."""
+
+    body: bytes
+    inputs: list[ItemRow]
+    outputs: list[ItemRow]
+    size: int
+
+
+def encode_response(response: Response, input_items: list[ContextItem]) -> Encoded:
+    body = encode(response)
+    inputs, outputs = item_rows(input_items), item_rows(response.output)
+    return Encoded(body, inputs, outputs, stored_size(body, inputs + outputs))
+
+
+def usage_record(row: tuple[Any, ...]) -> UsageRecord:
+    """A usage row of the SQL stores, columns in the order of their USAGE_COLUMNS."""
+    return UsageRecord(
+        response_id=row[0],
+        owner=row[1],
+        model=row[2],
+        status=row[3],
+        input_tokens=row[4],
+        cached_tokens=row[5],
+        output_tokens=row[6],
+        created_at=row[7],
+        transport=row[8],
+        timings=_timings_decoder.decode(row[9]),
+    )

@@ -1,0 +1,33 @@
+"""Whether a networked store answered last time: its calls map "cannot reach it" to `StoreUnavailable` (503), and a
+store seen down is probed before a `store: true` create, so that create fails before it generates anything."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from hotloop.errors import StoreUnavailable
+
+
+class Health:
+    def __init__(self, unreachable: tuple[type[BaseException], ...], probe: Callable[[], Awaitable[object]]) -> None:
+        self._unreachable = unreachable
+        self._probe = probe
+        self.up = True
+
+    @contextlib.asynccontextmanager
+    async def guard(self) -> AsyncIterator[None]:
+        """Around every store call: an unreachable store becomes a 503, and is remembered as down until a call
+        succeeds again."""
+        try:
+            yield
+        except self._unreachable as exc:
+            self.up = False
+            raise StoreUnavailable(f"The response store is unavailable: {exc or type(exc).__name__}.") from exc
+        self.up = True
+
+    async def ensure(self) -> None:
+        """Free while the store is up; once it was seen down, one quick probe (a PING, a SELECT 1) decides."""
+        if not self.up:
+            async with self.guard():
+                await self._probe()

@@ -1,0 +1,192 @@
+"""Store faults and replicas, with real `hotloop serve` processes: a store cut off behind a TCP proxy the test
+controls (the machine's Redis and PostgreSQL keep running), and a DELETE seen by every replica (docs/stores.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from http_support import error_of, parse_sse, usage_record
+from process_support import ServerProcess
+from store_support import drop_namespace, namespace, store_url, upstream
+from wsutil import WS, final
+
+
+class Proxy:
+    """A TCP relay to a real server on a fixed local port; `cut()` drops every connection and refuses new ones
+    (as a dead host would, but at once), `restore()` listens again."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = 0
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._listener: socket.socket | None = None
+        self.restore()
+
+    def restore(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def cut(self) -> None:
+        assert self._listener is not None
+        # shutdown() wakes the thread blocked in accept(); close() alone would leave it accepting on Linux.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        self._listener = None
+        with self._lock:
+            for sock in self._open:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            self._open.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # cut
+            try:
+                server = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            with self._lock:
+                self._open.update((client, server))
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self.cut()
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[tuple[str, str]]]:
+    """(kind, namespace) pairs to drop after the test."""
+    made: list[tuple[str, str]] = []
+    yield made
+    for kind, ns in made:
+        asyncio.run(drop_namespace(kind, ns))
+
+
+def create(http: httpx.Client, **body: Any) -> httpx.Response:
+    return http.post("/responses", json={"model": "hotloop-sim", "input": "hi", **body})
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgresql"])
+def test_store_unreachable(kind: str, tmp_path: Path, cleanup: list[tuple[str, str]]) -> None:
+    ns = namespace()
+    cleanup.append((kind, ns))
+    proxy = Proxy(upstream(kind))
+    url = store_url(kind, ns, tmp_path, host_port=("127.0.0.1", proxy.port))
+    try:
+        with (
+            ServerProcess(tmp_path, store_url=url, ledger_flush_ms=20) as server,
+            httpx.Client(base_url=server.base_url, timeout=30) as http,
+            WS(server.ws_url) as ws,
+        ):
+            stored = create(http)
+            assert stored.status_code == 200, stored.text
+            stored_id = stored.json()["id"]
+            ws_prev = final(ws.turn(model="hotloop-sim", input="start", store=False))["id"]
+            usage_record(http, ws_prev)  # the ledger is idle: the first store call after the cut is the save below
+
+            proxy.cut()
+            # The first store:true response meets the dead store when it is saved: failed in-band (the stream
+            # has started), nothing half-written.
+            events = parse_sse(create(http, stream=True).text)
+            failed_id = events[0]["response"]["id"]
+            assert events[-1]["type"] == "response.failed"
+            assert events[-1]["response"]["error"]["code"] == "store_unavailable"
+            assert [e["error"]["code"] for e in events if e["type"] == "error"] == ["store_unavailable"]
+            # Now the store is known down: store:true creates are refused before they generate, streamed or not.
+            error_of(create(http), 503, "store_unavailable", None)
+            error_of(create(http, stream=True), 503, "store_unavailable", None)
+            error_of(create(http, background=True), 503, "store_unavailable", None)
+            error_of(http.get(f"/responses/{stored_id}"), 503, "store_unavailable", None)
+            error_of(http.delete(f"/responses/{stored_id}"), 503, "store_unavailable", None)
+            error_of(create(http, previous_response_id="resp_unknown"), 503, "store_unavailable", None)
+            error_of(http.get("/usage"), 503, "store_unavailable", None)
+            # WebSocket store:false: the chain goes on from the connection's cache.
+            ws_ids = []
+            for n in range(3):
+                response = final(
+                    ws.turn(model="hotloop-sim", input=f"turn {n}", store=False, previous_response_id=ws_prev)
+                )
+                assert response["status"] == "completed", response
+                ws_prev = response["id"]
+                ws_ids.append(ws_prev)
+            assert server.process.poll() is None
+
+            proxy.restore()
+            deadline = time.monotonic() + 15
+            while (reply := create(http)).status_code != 200:
+                assert time.monotonic() < deadline, reply.text
+                time.sleep(0.1)
+            assert http.get(f"/responses/{stored_id}").json()["status"] == "completed"
+            error_of(http.get(f"/responses/{failed_id}"), 404, "response_not_found", "response_id")
+            continued = create(http, previous_response_id=stored_id)
+            assert continued.status_code == 200, continued.text
+            # The ledger kept the outage's records and wrote them once the store was back.
+            for response_id in ws_ids:
+                assert usage_record(http, response_id, timeout=20)["transport"] == "websocket"
+    finally:
+        proxy.close()
+
+
+def test_delete_reaches_every_replica(tmp_path: Path, cleanup: list[tuple[str, str]]) -> None:
+    """Replica B has the chain in memory (it served it); a DELETE on A makes B answer previous_response_not_found.
+
+    Two processes cost seconds to start, so this runs on Redis only; every store's deletion feed is checked in
+    test_store_contract (test_deletions_reach_other_replicas), and the wiring to the caches is the same."""
+    kind = "redis"
+    ns = namespace()
+    cleanup.append((kind, ns))
+    url = store_url(kind, ns, tmp_path)
+    replicas = ServerProcess(tmp_path / "a", store_url=url), ServerProcess(tmp_path / "b", store_url=url)
+    with (
+        replicas[0] as a,
+        replicas[1] as b,
+        httpx.Client(base_url=a.base_url, timeout=30) as http_a,
+        httpx.Client(base_url=b.base_url, timeout=30) as http_b,
+    ):
+        made = create(http_b)
+        assert made.status_code == 200, made.text
+        response_id = made.json()["id"]
+        assert http_a.get(f"/responses/{response_id}").status_code == 200  # one store behind both
+        assert create(http_b, previous_response_id=response_id).status_code == 200  # B continues from memory
+        assert http_a.delete(f"/responses/{response_id}").status_code == 200
+        deadline = time.monotonic() + 5
+        while (reply := create(http_b, previous_response_id=response_id)).status_code == 200:
+            assert time.monotonic() < deadline, "replica B still continues a deleted response"
+            time.sleep(0.05)
+        error_of(reply, 400, "previous_response_not_found", "previous_response_id")
+        error_of(http_b.get(f"/responses/{response_id}"), 404, "response_not_found", "response_id")

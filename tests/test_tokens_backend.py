@@ -1,0 +1,265 @@
+"""The `tokens` upstream backend end to end: clients → hotloop (renders and tokenizes) → a real `hotloop sim-engine`
+process, in each dialect (vLLM /v1/completions, SGLang /generate, llama.cpp /completion).
+
+An agent loop whose every turn hits the engine's prefix cache (cached ≥ the previous prompt), tool calls parsed out
+of generated `<tool_call>` text, a `tokenizer.json` model directory, upstream errors → `response.failed`, retries only
+before the first token, a departed client → the upstream request cancelled. Plus the tool parsers, without sockets.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import RunningServer, start_server
+from hotloop.backends.base import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart, ToolSpec
+from hotloop.backends.bpe import _cache_path
+from hotloop.backends.gguf import load_llama, smollm2_chat_format, smollm2_path
+from hotloop.backends.tokens import request_body
+from hotloop.backends.tool_parsers import make_parser
+from hotloop.config import Settings, Upstream
+from hotloop.models import build_registry
+from http_support import calls, check_sequence, output_text, parse_sse
+from simengine_support import (
+    READ_TIMEOUT_S,
+    WEATHER,
+    SimEngineProcess,
+    agent_engine,
+    failed_error,
+    hang_up_mid_stream,
+    reset_client,
+)
+
+DIALECTS = ("vllm", "sglang", "llamacpp")
+
+
+@cache
+def _smollm2_template() -> str:
+    vocab = load_llama(vocab_only=True, n_threads=1, n_ctx=256, n_batch=256)  # the GGUF's metadata, no weights
+    try:
+        template: str = vocab.metadata["tokenizer.chat_template"]
+    finally:
+        vocab.close()
+    return template
+
+
+def smollm2_model_dir(path: Path) -> Path:
+    """A Hugging Face style model directory for SmolLM2: its tokenizer.json and tokenizer_config.json."""
+    fmt = smollm2_chat_format()  # builds (and caches) the tokenizer.json from the GGUF
+    path.mkdir(parents=True, exist_ok=True)
+    shutil.copy(_cache_path(smollm2_path()), path / "tokenizer.json")
+    special = fmt._special
+    config = {"chat_template": _smollm2_template(), **special}  # bos_token, eos_token
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[SimEngineProcess]:
+    yield from agent_engine()
+
+
+@pytest.fixture(scope="module")
+def hotloop(engine: SimEngineProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    root = f"http://127.0.0.1:{engine.port}"
+    common: dict[str, Any] = {"backend": "tokens", "read_timeout_s": READ_TIMEOUT_S, "retries": 1}
+    upstreams = {
+        "vllm": Upstream(url=engine.base_url, dialect="vllm", upstream_model="engine-model", api_key="k", **common),
+        "sglang": Upstream(url=root, dialect="sglang", **common),
+        "llamacpp": Upstream(url=root, dialect="llamacpp", **common),
+        "hf": Upstream(url=engine.base_url, tokenizer=str(smollm2_model_dir(tmp_path_factory.mktemp("hf"))), **common),
+    }
+    running = start_server(
+        tmp_path_factory.mktemp("tokens"), models=list(upstreams), default_model="vllm", upstreams=upstreams
+    )
+    yield running
+    running.stop()
+
+
+@pytest.fixture()
+def http(hotloop: RunningServer, engine: SimEngineProcess) -> Iterator[httpx.Client]:
+    yield from reset_client(hotloop, engine)
+
+
+def _create(http: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+    # Same instructions and tools every turn (they are not inherited): the system message stays the same.
+    reply = http.post("/responses", json={"tools": [WEATHER], "instructions": "Be brief.", **body})
+    assert reply.status_code == 200, reply.text
+    response: dict[str, Any] = reply.json()
+    assert response["status"] == "completed", response
+    return response
+
+
+@pytest.mark.parametrize("model", [*DIALECTS, "hf"])
+def test_agent_loop_hits_the_engines_prefix_cache_every_turn(
+    http: httpx.Client, engine: SimEngineProcess, model: str
+) -> None:
+    response = _create(http, {"model": model, "input": "Weather in Oslo and Rome?"})
+    prompts = [response["usage"]["input_tokens"]]
+    assert response["usage"]["input_tokens_details"]["cached_tokens"] == 0
+    turns = 1
+    while made := calls(response):
+        # The engine wrote `<tool_call>` blocks (two parallel calls); hotloop parsed them into function calls.
+        assert all(call["name"] == "get_weather" and json.loads(call["arguments"])["city"] for call in made)
+        outputs = [{"type": "function_call_output", "call_id": c["call_id"], "output": "sunny"} for c in made]
+        response = _create(http, {"model": model, "previous_response_id": response["id"], "input": outputs})
+        usage = response["usage"]
+        # Each turn's prompt is the previous prompt's ids plus new ones: the engine found all of it cached.
+        assert usage["input_tokens_details"]["cached_tokens"] >= prompts[-1]
+        prompts.append(usage["input_tokens"])
+        turns += 1
+    assert turns == 2 and output_text(response)  # K = 2 calls (made at once), then a text answer
+    stats = engine.stats()
+    assert stats["prompt_tokens"] == sum(prompts)  # hotloop's ids are what the engine counted
+    assert stats["cached_tokens"] >= prompts[0]
+
+
+def test_text_streams_with_the_engines_usage(http: httpx.Client, engine: SimEngineProcess) -> None:
+    events = parse_sse(http.post("/responses", json={"input": "Hello", "stream": True}).text)
+    final = check_sequence(events)
+    assert final["status"] == "completed" and output_text(final)
+    assert sum(event["type"] == "response.output_text.delta" for event in events) > 3  # streamed, not one piece
+    stats = engine.stats()
+    assert stats["last_model"] == "engine-model" and stats["last_authorization"] == "Bearer k"
+    assert final["usage"]["input_tokens"] == stats["prompt_tokens"] and final["usage"]["output_tokens"] == 32
+
+
+@pytest.mark.parametrize("model", DIALECTS)
+def test_max_output_tokens_is_sent_and_incomplete(http: httpx.Client, model: str) -> None:
+    reply = http.post("/responses", json={"model": model, "input": "Hello", "max_output_tokens": 16})
+    response = reply.json()
+    assert response["status"] == "incomplete" and response["usage"]["output_tokens"] == 16
+
+
+@pytest.mark.parametrize("model", DIALECTS)
+def test_upstream_errors_fail_the_response(http: httpx.Client, engine: SimEngineProcess, model: str) -> None:
+    engine.script({"status": 503, "message": "warming up"})  # retried: the retry succeeds
+    assert http.post("/responses", json={"model": model, "input": "hi"}).json()["status"] == "completed"
+    assert engine.stats()["requests"] == 2
+    engine.script({"status": 400, "message": "maximum context length is 2048 tokens"})
+    error = failed_error(parse_sse(http.post("/responses", json={"model": model, "input": "hi", "stream": True}).text))
+    assert error["code"] == "context_length_exceeded"
+    engine.script({"die_after": 3})
+    events = parse_sse(http.post("/responses", json={"model": model, "input": "hi", "stream": True}).text)
+    error = failed_error(events)
+    assert error["code"] == "server_error" and "mid-stream" in error["message"]
+    assert engine.stats()["requests"] == 4  # no retry after output started
+
+
+def test_a_stalled_upstream_fails_instead_of_hanging(http: httpx.Client, engine: SimEngineProcess) -> None:
+    engine.script({"stall_after": 2})
+    error = failed_error(parse_sse(http.post("/responses", json={"input": "hi", "stream": True}).text))
+    assert error["code"] == "server_error" and "sent nothing" in error["message"]
+    stats = engine.wait_stats(lambda s: s["cancelled"] == 1)
+    assert stats["requests"] == 1 and stats["cancelled"] == 1
+
+
+@pytest.mark.parametrize("model", DIALECTS)
+def test_client_disconnect_cancels_the_upstream_request(
+    hotloop: RunningServer, engine: SimEngineProcess, model: str
+) -> None:
+    engine.reset()
+    engine.script({"tps": 20, "output_tokens": 400})
+    hang_up_mid_stream(hotloop, {"model": model, "input": "hi", "stream": True})
+    engine.assert_one_cancelled()
+
+
+# -- request bodies, parsers and configuration (no sockets) --------------------------------------------------------
+
+
+def test_request_bodies_per_dialect() -> None:
+    from hotloop.backends.base import GenerationRequest
+
+    request = GenerationRequest(prompt_tokens=[1, 2, 3], max_output_tokens=7, temperature=0.5)
+    vllm = request_body("vllm", "m", request, 100)
+    assert vllm["prompt"] == [1, 2, 3] and vllm["max_tokens"] == 7 and vllm["stream_options"]["include_usage"]
+    sglang = request_body("sglang", "m", request, 100)
+    assert sglang["input_ids"] == [1, 2, 3] and sglang["sampling_params"]["max_new_tokens"] == 7
+    llamacpp = request_body("llamacpp", "m", request, 100)
+    assert llamacpp["prompt"] == [1, 2, 3] and llamacpp["n_predict"] == 7 and llamacpp["cache_prompt"] is True
+    # No max_output_tokens: the rest of the context window (vLLM's default would be 16 tokens).
+    assert request_body("vllm", "m", GenerationRequest(prompt_tokens=[1] * 60), 100)["max_tokens"] == 40
+    forced = GenerationRequest(prompt_tokens=[1], tools=[ToolSpec("f")], tool_choice="required")
+    assert request_body("llamacpp", "m", forced, 100)["json_schema"]["properties"]["name"] == {"const": "f"}
+
+
+TOOLS = [ToolSpec("get_weather"), ToolSpec("patch", kind="custom")]
+
+
+def _run(kind: str, pieces: list[str], parallel: bool = True) -> list[list[Any]]:
+    parser = make_parser(kind, TOOLS, parallel)
+    return [parser.feed(piece) for piece in pieces] + [parser.finish()]
+
+
+def _flat(steps: list[list[Any]]) -> list[Any]:
+    return [delta for step in steps for delta in step]
+
+
+def test_hermes_parser_streams_text_and_emits_each_call_when_its_block_closes() -> None:
+    call = '{"name": "get_weather", "arguments": {"city": "Oslo"}}'
+    pieces = ["Let me ", "check.\n<tool", "_call>\n", call[:20], call[20:], "\n</tool_", "call>\n<tool_call>"]
+    pieces += ['{"name": "patch", "input": "diff"}</tool_call>']
+    steps = _run("hermes", pieces)
+    assert steps[0] == [TextDelta("Let me ")]  # text streams at once
+    assert steps[1] == [TextDelta("check.\n")]  # held only what may open a block
+    assert steps[2:5] == [[], [], []]  # inside the block
+    assert steps[6] == [ToolCallStart("get_weather"), ToolCallDelta('{"city": "Oslo"}'), ToolCallEnd()]
+    assert steps[7] == [ToolCallStart("patch", "custom"), ToolCallDelta("diff"), ToolCallEnd()]
+    assert steps[8] == []  # the whitespace between blocks is not a message
+
+
+def test_hermes_parser_releases_bad_blocks_as_text_and_reads_bare_json() -> None:
+    unknown = _flat(_run("hermes", ['<tool_call>{"name": "nope", "arguments": {}}</tool_call>']))
+    assert unknown == [TextDelta('<tool_call>{"name": "nope", "arguments": {}}</tool_call>')]
+    broken = _flat(_run("hermes", ['<tool_call>{"name": "get_wea']))  # cut by the length limit
+    assert broken == [TextDelta('<tool_call>{"name": "get_wea')]
+    unclosed = _flat(_run("hermes", ['<tool_call>{"name": "get_weather", "arguments": {}}']))  # a stop token
+    assert unclosed == [ToolCallStart("get_weather"), ToolCallDelta("{}"), ToolCallEnd()]
+    bare = _flat(_run("hermes", [' [{"name": "get_weather", "arguments": {"city": "A"}},', ' {"name": "patch"}]']))
+    assert [type(d) for d in bare] == [ToolCallStart, ToolCallDelta, ToolCallEnd] * 2
+    one = _flat(_run("hermes", ["<tool_call>" + '{"name": "patch"}</tool_call>'] * 2, parallel=False))
+    assert sum(isinstance(d, ToolCallStart) for d in one) == 1  # parallel_tool_calls false: the first call
+    held = _run("hermes", ["a < b", " <tool"])  # "<tool" may open a block: held, then released at the end
+    assert held == [[TextDelta("a < b")], [], [TextDelta(" <tool")]]
+
+
+def test_json_and_none_parsers() -> None:
+    assert _flat(_run("json", ['{"name": "get_weather", ', '"arguments": "{}"}'])) == [
+        ToolCallStart("get_weather"),
+        ToolCallDelta("{}"),
+        ToolCallEnd(),
+    ]
+    assert _flat(_run("json", ["Sure", ", done"])) == [TextDelta("Sure"), TextDelta(", done")]
+    assert _flat(_run("json", ["{not json"])) == [TextDelta("{not json")]
+    text = '<tool_call>{"name": "patch"}</tool_call>'
+    assert _flat(_run("none", [text])) == [TextDelta(text)]
+
+
+def test_tokens_upstream_configuration(tmp_path: Path) -> None:
+    def registry(**fields: Any) -> Any:
+        upstream = Upstream(**{"backend": "tokens", "url": "http://x/v1", **fields})
+        return build_registry(Settings(models=["m"], default_model="m", upstreams={"m": upstream}))
+
+    model = registry(urls=["http://a/v1", "http://b/v1"], url="").resolve("m")
+    assert not model.takes_messages and model.chat.incremental  # the normal, incremental token path
+    assert [replica.url for replica in model.backend.router.replicas] == ["http://a/v1", "http://b/v1"]
+    hf = registry(tokenizer=str(smollm2_model_dir(tmp_path / "model"))).resolve("m")
+    assert hf.chat.tokens([{"role": "user", "content": "hi"}]) == smollm2_chat_format().tokens(
+        [{"role": "user", "content": "hi"}]
+    )
+    with pytest.raises(ValueError, match=r"no tokenizer\.json"):
+        registry(tokenizer=str(tmp_path / "missing"))
+    (tmp_path / "bare").mkdir()
+    shutil.copy(tmp_path / "model" / "tokenizer.json", tmp_path / "bare" / "tokenizer.json")
+    with pytest.raises(ValueError, match="no chat template"):
+        registry(tokenizer=str(tmp_path / "bare"))
+    chat = Upstream(urls=["http://a/v1", "http://b/v1"])  # openai-chat routes over replicas too
+    chat_model = build_registry(Settings(models=["c"], default_model="c", upstreams={"c": chat})).resolve("c")
+    assert len(chat_model.backend.router.replicas) == 2
