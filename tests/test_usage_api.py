@@ -4,11 +4,8 @@ isolation, no raw key on disk, and no record lost when `hotloop serve` gets SIGT
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncGenerator, Iterator
@@ -20,10 +17,9 @@ import pytest
 
 from conftest import RunningServer, start_server
 from hotloop.backends.base import Delta, GenerationRequest
-from hotloop.metering.records import UsageRecord
 from hotloop.pipeline.session import owner_of
-from hotloop.stores.sqlite import SQLiteStore
 from http_support import parse_sse, wait_status
+from process_support import ServerProcess
 from wsutil import WS, final
 
 SIM = "hotloop-sim"
@@ -223,74 +219,23 @@ def test_usage_is_per_key_and_the_key_never_reaches_the_disk(usage_server: Runni
 # -- the store directly ------------------------------------------------------------------------------------------------
 
 
-async def test_store_append_is_idempotent_and_owner_scoped(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "s.db")
-    try:
-
-        def rec(n: int, owner: str = "o1", model: str = "m") -> UsageRecord:
-            return UsageRecord(
-                response_id=f"resp_{n}",
-                owner=owner,
-                model=model,
-                status="completed",
-                input_tokens=n,
-                cached_tokens=1,
-                output_tokens=2,
-                created_at=1000.0 + n,
-                transport="http",
-                timings={"total_ms": 1.0},
-            )
-
-        await store.append_usage([rec(3), rec(1), rec(2, model="x"), rec(9, owner="o2")])
-        await store.append_usage([rec(1), rec(4)])  # a retried batch does not duplicate
-        page = await store.usage("o1", after=None, limit=10, model=None)
-        assert [r.response_id for r in page.records] == ["resp_1", "resp_2", "resp_3", "resp_4"]
-        assert page.records[0] == rec(1) and not page.has_more
-        assert (page.totals.responses, page.totals.input_tokens, page.totals.cached_tokens) == (4, 10, 4)
-        first = await store.usage("o1", after=None, limit=2, model=None)
-        assert [r.response_id for r in first.records] == ["resp_1", "resp_2"] and first.has_more
-        rest = await store.usage("o1", after="resp_2", limit=2, model=None)
-        assert [r.response_id for r in rest.records] == ["resp_3", "resp_4"] and not rest.has_more
-        only_m = await store.usage("o1", after=None, limit=10, model="m")
-        assert [r.response_id for r in only_m.records] == ["resp_1", "resp_3", "resp_4"]
-        assert only_m.totals.responses == 3
-        assert (await store.usage("o1", after="resp_9", limit=10, model=None)).records == []
-        assert [r.response_id for r in (await store.usage("o2", after=None, limit=10, model=None)).records] == [
-            "resp_9"
-        ]
-    finally:
-        await store.close()
+# The store's usage methods (idempotent appends, paging, totals, owners) are in tests/test_store_contract.py,
+# on every store.
 
 
 # -- SIGTERM under load ------------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def test_sigterm_under_load_loses_no_record(tmp_path: Path) -> None:
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}/v1"
-    env = {
-        **os.environ,
-        "HOTLOOP_DATA_DIR": str(tmp_path),
-        "HOTLOOP_LEDGER_FLUSH_MS": "5000",  # records are still buffered when the signal arrives
-        "HOTLOOP_LEDGER_BATCH": "100000",
-        "HOTLOOP_SIM_TTFT_MS": "5",
-        "HOTLOOP_SIM_TPS": "2000",
-        "HOTLOOP_SIM_OUTPUT_TOKENS": "16",
-    }
-    command = [
-        *(sys.executable, "-m", "hotloop", "serve", "--port", str(port)),
-        *("--models", SIM, "--default-model", SIM, "--log-level", "warning"),
-    ]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = ServerProcess(
+        tmp_path,
+        ledger_flush_ms=5000,  # records are still buffered when the signal arrives
+        ledger_batch=100000,
+        sim_ttft_ms=5,
+        sim_tps=2000,
+        sim_output_tokens=16,
+    )
+    port, base = server.port, server.base_url
     completed: list[str] = []
     lock = threading.Lock()
     stop = threading.Event()
@@ -334,15 +279,7 @@ def test_sigterm_under_load_loses_no_record(tmp_path: Path) -> None:
 
     threads: list[threading.Thread] = []
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                assert process.poll() is None, process.stdout.read() if process.stdout else ""
-                assert time.monotonic() < deadline, "server did not come up"
-                time.sleep(0.1)
+        server.wait_ready()
         threads = [threading.Thread(target=http_client, args=(n % 2 == 1,), daemon=True) for n in range(6)]
         threads.append(threading.Thread(target=ws_client, daemon=True))
         for thread in threads:
@@ -357,12 +294,13 @@ def test_sigterm_under_load_loses_no_record(tmp_path: Path) -> None:
             written_before = conn.execute("SELECT COUNT(*) FROM usage").fetchone()[0]
         assert written_before < before_signal  # the ledger really was holding records back
     finally:
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=60)
+        server.signal(signal.SIGTERM)
+        returncode = server.wait(timeout=60)
+        output = server.output()
         stop.set()
         for thread in threads:
             thread.join(15)
-    assert process.returncode in (0, -signal.SIGTERM), output
+    assert returncode in (0, -signal.SIGTERM), output
     assert "Traceback" not in output, output
     with sqlite3.connect(tmp_path / "hotloop.db") as conn:
         usage_rows = conn.execute("SELECT response_id, status FROM usage").fetchall()
