@@ -21,6 +21,7 @@ from hotloop.backends import chat_messages
 from hotloop.backends.base import GenerationRequest, ToolSpec
 from hotloop.config import Settings, Upstream, load_settings
 from hotloop.models import build_registry
+from hotloop.simengine.engine import authorization_digest
 from hotloop.wire.items import FunctionCall, FunctionCallOutput, InputImage, InputText, Message, OutputText
 from http_support import calls, check_sequence, output_text, parse_sse, stream_create
 from process_support import free_port
@@ -72,7 +73,9 @@ def test_text_answer_with_the_engines_usage(hotloop: RunningServer, engine: SimE
     assert response.status == "completed" and response.output_text and response.model == "up"
     stats = engine.stats()
     assert stats["last_model"] == "engine-model"  # upstream_model is what the engine is asked for
-    assert stats["last_authorization"] == "Bearer upstream-secret"  # the upstream key, not the client's
+    assert stats["last_authorization_sha256"] == authorization_digest(
+        "Bearer upstream-secret"
+    )  # the upstream key, not the client's
     assert response.usage is not None
     assert response.usage.input_tokens == stats["prompt_tokens"] > 0  # the engine's count, not hotloop's
     assert response.usage.output_tokens == stats["completion_tokens"] == 32

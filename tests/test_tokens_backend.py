@@ -26,6 +26,7 @@ from hotloop.backends.tokens import request_body
 from hotloop.backends.tool_parsers import make_parser
 from hotloop.config import Settings, Upstream
 from hotloop.models import build_registry
+from hotloop.simengine.engine import authorization_digest
 from http_support import calls, check_sequence, output_text, parse_sse
 from simengine_support import (
     READ_TIMEOUT_S,
@@ -127,7 +128,9 @@ def test_text_streams_with_the_engines_usage(http: httpx.Client, engine: SimEngi
     assert final["status"] == "completed" and output_text(final)
     assert sum(event["type"] == "response.output_text.delta" for event in events) > 3  # streamed, not one piece
     stats = engine.stats()
-    assert stats["last_model"] == "engine-model" and stats["last_authorization"] == "Bearer k"
+    assert stats["last_model"] == "engine-model" and stats["last_authorization_sha256"] == authorization_digest(
+        "Bearer k"
+    )
     assert final["usage"]["input_tokens"] == stats["prompt_tokens"] and final["usage"]["output_tokens"] == 32
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
@@ -49,7 +50,13 @@ class Stats(msgspec.Struct, kw_only=True):
     cached_tokens: int = 0
     completion_tokens: int = 0
     last_model: str = ""
-    last_authorization: str = ""  # the Authorization header of the last request (tests check the upstream key)
+    # SHA-256 of the last request's Authorization header ("" without one): tests check which key came, and
+    # /stats never shows a key itself.
+    last_authorization_sha256: str = ""
+
+
+def authorization_digest(authorization: str) -> str:
+    return hashlib.sha256(authorization.encode()).hexdigest() if authorization else ""
 
 
 class Engine:
@@ -79,7 +86,7 @@ class Engine:
         """Count a request and take its scripted override, if any."""
         self.stats.requests += 1
         self.stats.last_model = model
-        self.stats.last_authorization = authorization
+        self.stats.last_authorization_sha256 = authorization_digest(authorization)
         return self.script.popleft() if self.script else None
 
     async def generate(
