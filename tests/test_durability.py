@@ -7,6 +7,7 @@ store must then return every response a client saw end, with the output the clie
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ import httpx
 import pytest
 
 from http_support import parse_sse
-from process_support import ServerProcess
+from process_support import ServerProcess, free_port
 from replica_support import HEADERS, SIM, STORES, get_response, shared_store
 from wsutil import WS, final
 
@@ -116,21 +117,53 @@ def test_responses_seen_to_end_survive_sigkill(tmp_path: Path, kind: str) -> Non
     with shared_store(kind, tmp_path) as store:
         settings = {**store, **PACE}
         seen = _load_until_killed(ServerProcess(tmp_path, **settings).wait_ready())
-        with ServerProcess(tmp_path, **settings) as restarted:
-            missing = []
-            for response_id, output in seen.items():
-                reply = get_response(restarted.base_url, response_id)
-                if reply.status_code != 200:
-                    missing.append(response_id)
-                    continue
-                stored = reply.json()
-                assert stored["status"] == "completed" and stored["output"] == output, response_id
-            assert not missing, f"{len(missing)} of {len(seen)} responses seen to end are gone: {missing[:5]}"
+        _assert_readable(ServerProcess(tmp_path, **settings), seen)
 
 
-def _load_until_killed(server: ServerProcess) -> dict[str, list[Any]]:
-    """Clients of every transport on threads until each has seen SEEN_BEFORE_KILL responses end, then SIGKILL;
-    the outputs the clients saw, by response id."""
+def test_redis_with_aof_survives_its_own_sigkill(tmp_path: Path) -> None:
+    """docs/stores.md: with `appendonly yes` and `appendfsync always`, Redis itself may be killed too. A private
+    redis-server (the machine's shared one keeps nothing on disk) is SIGKILLed first, then hotloop; both restart."""
+    port, aof = free_port(), tmp_path / "redis"
+    aof.mkdir()
+    command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(aof), "--save", ""]
+    command += ["--appendonly", "yes", "--appendfsync", "always"]
+
+    def start_redis() -> subprocess.Popen[bytes]:
+        redis = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout.strip() != b"PONG":
+            assert redis.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+        return redis
+
+    redis = start_redis()
+    settings: dict[str, Any] = {"store_url": f"redis://127.0.0.1:{port}/0?prefix=aof:", **PACE}
+    try:
+        seen = _load_until_killed(ServerProcess(tmp_path, **settings).wait_ready(), kill_first=redis.kill)
+        redis.wait(10)
+        redis = start_redis()  # replays its append-only file
+        _assert_readable(ServerProcess(tmp_path, **settings), seen)
+    finally:
+        redis.kill()
+        redis.wait(10)
+
+
+def _assert_readable(server: ServerProcess, seen: dict[str, list[Any]]) -> None:
+    with server as restarted:
+        missing = []
+        for response_id, output in seen.items():
+            reply = get_response(restarted.base_url, response_id)
+            if reply.status_code != 200:
+                missing.append(response_id)
+                continue
+            stored = reply.json()
+            assert stored["status"] == "completed" and stored["output"] == output, response_id
+        assert not missing, f"{len(missing)} of {len(seen)} responses seen to end are gone: {missing[:5]}"
+
+
+def _load_until_killed(server: ServerProcess, kill_first: Callable[[], None] | None = None) -> dict[str, list[Any]]:
+    """Clients of every transport on threads until each has seen SEEN_BEFORE_KILL responses end, then SIGKILL
+    (after `kill_first`, e.g. the store's own process); the outputs the clients saw, by response id."""
     seen = Recorder()
     loops = {"http": http_client(server.base_url, seen), "sse": sse_client(server.base_url, seen)}
     loops["ws"] = ws_client(server.ws_url, seen)
@@ -148,6 +181,8 @@ def _load_until_killed(server: ServerProcess) -> dict[str, list[Any]]:
             assert time.monotonic() < deadline, seen.by_transport
             time.sleep(0.01)
         seen.killed.set()
+        if kill_first is not None:
+            kill_first()
         server.process.kill()  # SIGKILL, with responses of every transport in flight
     finally:
         server.kill()
