@@ -3,13 +3,15 @@ usage records as JSON."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from hotloop.metering.records import UsageRecord
+from hotloop.stores.base import Chain
 from hotloop.wire.items import KNOWN_ITEM_TYPES, ContextItem, OtherItem, item_to_builtins
-from hotloop.wire.response import Response
+from hotloop.wire.response import Response, response_decoder
 
 encode = msgspec.json.Encoder().encode
 _decoders = {name: msgspec.json.Decoder(cls) for name, cls in KNOWN_ITEM_TYPES.items()}
@@ -87,3 +89,15 @@ def usage_record(row: tuple[Any, ...]) -> UsageRecord:
         transport=row[8],
         timings=_timings_decoder.decode(row[9]),
     )
+
+
+def chain_from_rows(
+    rows: Sequence[Sequence[Any]], head_body: bytes, *, parent: int, type_: int, body: int
+) -> Chain | None:
+    """A chain from the rows of a recursive query (oldest ancestor first, one row per item, a row with a NULL type
+    for a response without items), given which columns hold the parent id, the item type and its body; None when
+    the oldest ancestor still names a parent: that parent is gone."""
+    if rows[0][parent] is not None:
+        return None
+    context = [decode_item(row[type_], row[body]) for row in rows if row[type_] is not None]
+    return Chain(response=response_decoder.decode(head_body), context=context)

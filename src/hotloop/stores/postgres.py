@@ -21,7 +21,7 @@ import asyncpg
 from hotloop.metering.records import UsageRecord, UsageTotals
 from hotloop.stores import postgres_sql as sql
 from hotloop.stores.base import Chain, ItemPage, UsagePage
-from hotloop.stores.codec import decode_item, encode, encode_response, usage_record
+from hotloop.stores.codec import chain_from_rows, decode_item, encode, encode_response, usage_record
 from hotloop.stores.health import Health
 from hotloop.stores.postgres_conversations import PostgresConversations
 from hotloop.stores.retention import Background, DeletionHandler, Retention, retry_forever, sweep_forever
@@ -194,10 +194,7 @@ class PostgresStore(PostgresConversations):
         if len(rows) < 2 or rows[-1][0] != -1:
             return None
         *item_rows, head = rows
-        if item_rows[0][1] is not None:  # the oldest ancestor still names a parent: that parent is gone
-            return None
-        context = [decode_item(row[4], row[5]) for row in item_rows if row[4] is not None]
-        return Chain(response=response_decoder.decode(head[5]), context=context)
+        return chain_from_rows(item_rows, head[5], parent=1, type_=4, body=5)
 
     async def find_item(self, owner: str, item_id: str) -> ContextItem | None:
         rows = await self._fetch("FIND_ITEM", item_id, owner)

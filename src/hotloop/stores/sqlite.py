@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 from hotloop.errors import StoreUnavailable
 from hotloop.metering.records import UsageRecord, UsageTotals
 from hotloop.stores.base import Chain, ItemPage, UsagePage
-from hotloop.stores.codec import ItemRow, decode_item, encode, encode_response, usage_record
+from hotloop.stores.codec import ItemRow, chain_from_rows, decode_item, encode, encode_response, usage_record
 from hotloop.stores.retention import Background, DeletionHandler, Retention, sweep_forever
 from hotloop.stores.sqlite_conversations import CONVERSATION_SCHEMA, SQLiteConversations
 from hotloop.wire.items import ContextItem
@@ -310,10 +310,7 @@ class SQLiteStore(SQLiteConversations):
         if not rows:
             return None
         *item_rows, head = rows
-        if item_rows[0][1] is not None:  # the oldest ancestor still names a parent: that parent is gone
-            return None
-        context = [decode_item(row[2], row[3]) for row in item_rows if row[2] is not None]
-        return Chain(response=response_decoder.decode(head[3]), context=context)
+        return chain_from_rows(item_rows, head[3], parent=1, type_=2, body=3)
 
     async def find_item(self, owner: str, item_id: str) -> ContextItem | None:
         def work(conn: sqlite3.Connection) -> tuple[str, bytes] | None:
