@@ -19,6 +19,7 @@ from hotloop.errors import InvalidParam, StoreUnavailable
 from hotloop.metering.records import UsageRecord
 from hotloop.stores.base import Store
 from hotloop.stores.codec import encode_response
+from hotloop.stores.redis import RedisStore
 from hotloop.stores.retention import Retention, sweep
 from hotloop.stores.url import open_store
 from hotloop.wire.conversations import Conversation
@@ -314,9 +315,21 @@ async def test_unreachable_is_store_unavailable(kind: str, tmp_path: Path) -> No
         await store.close()
 
 
+def _record_commands(store: RedisStore) -> list[Any]:
+    """From now on, the name of every command the store sends to Redis (one per round trip)."""
+    commands: list[Any] = []
+    send = store.client.execute_command
+
+    async def counted(*args: Any, **options: Any) -> Any:
+        commands.append(args[0])
+        return await send(*args, **options)
+
+    store.client.execute_command = counted  # type: ignore[method-assign]
+    return commands
+
+
 async def test_redis_chain_is_one_round_trip(tmp_path: Path) -> None:
     """However long the chain, loading it is one command to Redis (the Lua script walks the parent links)."""
-    from hotloop.stores.redis import RedisStore
 
     ns = namespace()
     store = open_store(_settings(store_url("redis", ns, tmp_path), tmp_path))
@@ -327,14 +340,7 @@ async def test_redis_chain_is_one_round_trip(tmp_path: Path) -> None:
             await store.save(A, response(f"resp_{n}", parent=parent), [user(f"turn {n}")])
             parent = f"resp_{n}"
         await store.load_chain(A, "resp_0")  # the script is loaded (EVALSHA then EVAL happen once)
-        commands: list[Any] = []
-        send = store.client.execute_command
-
-        async def counted(*args: Any, **options: Any) -> Any:
-            commands.append(args[0])
-            return await send(*args, **options)
-
-        store.client.execute_command = counted  # type: ignore[method-assign]
+        commands = _record_commands(store)
         chain = await store.load_chain(A, "resp_29")
         assert chain is not None and len(chain.context) == 60
         assert commands == ["EVALSHA"]
@@ -454,7 +460,6 @@ async def test_conversation_concurrent_appends(store: Store) -> None:
 
 
 async def test_redis_conversation_load_is_one_round_trip(tmp_path: Path) -> None:
-    from hotloop.stores.redis import RedisStore
 
     ns = namespace()
     store = open_store(_settings(store_url("redis", ns, tmp_path), tmp_path))
@@ -462,14 +467,7 @@ async def test_redis_conversation_load_is_one_round_trip(tmp_path: Path) -> None
     try:
         await store.create_conversation(A, conversation(), [user(f"u{n}", f"msg_{n}") for n in range(20)])
         await store.load_conversation(A, "conv_1")  # the script is loaded
-        commands: list[Any] = []
-        send = store.client.execute_command
-
-        async def counted(*args: Any, **options: Any) -> Any:
-            commands.append(args[0])
-            return await send(*args, **options)
-
-        store.client.execute_command = counted  # type: ignore[method-assign]
+        commands = _record_commands(store)
         assert len(await store.load_conversation(A, "conv_1") or []) == 20
         assert commands == ["EVALSHA"]
     finally:
