@@ -175,6 +175,7 @@ class Turn:
             stall.close()
         for event in await self._finish(*outcome):
             yield event
+        self._log_finished()  # once the terminal event has left: the log line is not on the client's clock
 
     async def _finish(
         self, status: str, usage: Usage | None, reason: str | None, error: ErrorInfo | None
@@ -234,6 +235,8 @@ class Turn:
         service.metrics.observe(self.timings)
         service.metrics.responses.labels(self.model.id, self.response.status, self.options.transport).inc()
         service.metrics.count_safety(self.safety)
+
+    def _log_finished(self) -> None:
         if finished_log.isEnabledFor(logging.INFO):
             finished_log.info("response finished", extra={"fields": self._log_fields()})
 
@@ -277,6 +280,7 @@ class Turn:
             except Exception:
                 log.exception("could not store cancelled response %s", self.response.id)
         self._account()
+        self._log_finished()
 
     def _chain_state(self) -> ChainState:
         base = self.parent.context if self.parent is not None else Context()
