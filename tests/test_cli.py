@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import httpx
 import pytest
 
 from hotloop.config import Settings, load_settings
+from process_support import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,15 +58,8 @@ def test_bad_settings_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert result.returncode == 2 and "HOTLOOP_PORT" in result.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def test_serve_process_answers_healthz_and_stops_on_sigterm(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "HOTLOOP_DATA_DIR": str(tmp_path), "HOTLOOP_MODELS": "hotloop-sim"}
     command = [sys.executable, "-m", "hotloop", "serve", "--port", str(port), "--default-model", "hotloop-sim"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
