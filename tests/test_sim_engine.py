@@ -179,6 +179,31 @@ def test_completions_text_and_token_id_prompts(engine: SimEngineProcess, sdk: op
     assert batch.status_code == 400 and batch.json()["error"]["param"] == "prompt"
 
 
+def test_token_endpoints_follow_a_json_schema_like_constrained_decoding(engine: SimEngineProcess) -> None:
+    params = WEATHER["function"]["parameters"]
+    call = {"type": "object", "properties": {"name": {"const": "get_weather"}, "arguments": params}}
+    schema = {"anyOf": [call, {"type": "object", "properties": {"name": {"const": "other"}}}]}
+    bodies = {
+        "/v1/completions": {
+            "prompt": [1, 2, 3],
+            "max_tokens": 200,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}},
+        },
+        "/generate": {
+            "input_ids": [1, 2, 3],
+            "sampling_params": {"max_new_tokens": 200, "json_schema": json.dumps(schema)},
+        },
+        "/completion": {"prompt": [1, 2, 3], "n_predict": 200, "json_schema": schema},
+    }
+    for path, body in bodies.items():
+        reply = engine.http.post(path, json=body).json()
+        text = reply["choices"][0]["text"] if path == "/v1/completions" else reply.get("text", reply.get("content"))
+        value = json.loads(text)  # nothing but the schema's JSON: no `<tool_call>` tags, no prose
+        assert value["name"] == "get_weather" and isinstance(value["arguments"]["city"], str), (path, text)
+    bad = engine.http.post("/generate", json={"input_ids": [1], "sampling_params": {"json_schema": "{nope"}})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "sampling_params.json_schema"
+
+
 def test_bad_requests_are_400_with_the_param(engine: SimEngineProcess) -> None:
     malformed = engine.http.post("/v1/chat/completions", content=b"{nope")
     assert malformed.status_code == 400 and malformed.json()["error"]["type"] == "invalid_request_error"

@@ -193,6 +193,40 @@ def test_request_bodies_per_dialect() -> None:
     assert request_body("llamacpp", "m", forced, 100)["json_schema"]["properties"]["name"] == {"const": "f"}
 
 
+def test_request_bodies_fit_sglang_context() -> None:
+    from hotloop.backends.base import GenerationRequest
+
+    request = GenerationRequest(prompt_tokens=[1] * 60)
+    assert request_body("llamacpp", "m", request, 100)["n_predict"] == 40
+    sglang = request_body("sglang", "m", request, 100)["sampling_params"]
+    assert sglang["max_new_tokens"] == 39  # SGLang refuses prompt + budget == its context length
+    assert None not in sglang.values()
+
+
+def _read(reader: Any, chunks: list[dict[str, Any]]) -> str:
+    return "".join(delta.text for chunk in chunks for delta in reader.feed(json.dumps(chunk)))
+
+
+def test_sglang_reader_takes_cumulative_or_incremental_text() -> None:
+    from hotloop.backends.tokens import _SGLangReader
+
+    cumulative = [{"text": "ab"}, {"text": "abab"}, {"text": "ababc", "meta_info": {"finish_reason": {"type": "stop"}}}]
+    assert _read(_SGLangReader(make_parser("none", [], True), 3), cumulative) == "ababc"
+    # Incremental pieces that repeat the text so far are new text, not a cumulative echo.
+    pieces = [{"text": "ab"}, {"text": "ab"}, {"text": "abc", "meta_info": {"finish_reason": {"type": "length"}}}]
+    reader = _SGLangReader(make_parser("none", [], True), 3, incremental=True)
+    assert _read(reader, pieces) == "abababc" and reader.reason == "length"
+
+
+def test_vllm_abort_is_a_failure_not_an_answer() -> None:
+    from hotloop.backends.tokens import _VLLMReader
+    from hotloop.backends.upstream import Retryable
+
+    reader = _VLLMReader(make_parser("none", [], True), 3)
+    with pytest.raises(Retryable, match="aborted"):
+        reader.feed(json.dumps({"choices": [{"text": "", "finish_reason": "abort"}]}))
+
+
 TOOLS = [ToolSpec("get_weather"), ToolSpec("patch", kind="custom")]
 
 

@@ -45,6 +45,8 @@ class TokensBackend(UpstreamBackend):
 
     def reader(self, request: GenerationRequest) -> _Reader:
         parser = make_parser(self.upstream.tool_parser, request.tools, request.parallel_tool_calls)
+        if self.upstream.dialect == "sglang":
+            return _SGLangReader(parser, len(request.prompt_tokens), self.upstream.sglang_incremental_output)
         return READERS[self.upstream.dialect](parser, len(request.prompt_tokens))
 
     async def prefill(self, prompt_tokens: Sequence[int]) -> int:
@@ -55,8 +57,10 @@ class TokensBackend(UpstreamBackend):
 def request_body(dialect: str, model: str, request: GenerationRequest, context_window: int) -> dict[str, Any]:
     """The engine's request: the prompt's ids, the output budget, sampling and an output schema if any."""
     prompt = list(request.prompt_tokens)
-    budget = request.max_output_tokens or max(1, context_window - len(prompt))
-    sampling: dict[str, Any] = {
+    # SGLang refuses prompt + max_new_tokens >= its context length; vLLM and llama.cpp take the whole window.
+    room = context_window - len(prompt) - (1 if dialect == "sglang" else 0)
+    budget = request.max_output_tokens or max(1, room)
+    sampling: dict[str, Any] = {  # always numbers: older SGLang releases fail on a null knob
         "temperature": request.temperature,
         "top_p": request.top_p,
         "presence_penalty": request.presence_penalty,
@@ -149,23 +153,29 @@ class _VLLMReader(_Reader):
         text = ""
         for choice in chunk.get("choices") or ():
             text += choice.get("text") or ""
-            if choice.get("finish_reason") is not None:
-                self.reason = "length" if choice["finish_reason"] == "length" else "stop"
+            finish = choice.get("finish_reason")
+            if finish == "abort":  # vLLM aborted the request (preempted, engine shutting down): not an answer
+                raise Retryable(BackendError("The upstream engine aborted the request."))
+            if finish is not None:
+                self.reason = "length" if finish == "length" else "stop"
         return text
 
 
 class _SGLangReader(_Reader):
-    """SGLang's /generate chunks: the text so far (cumulative) and `meta_info` with the finish and counts."""
+    """SGLang's /generate chunks: the text so far and `meta_info` with the finish and counts.
 
-    def __init__(self, parser: ToolParser, prompt_tokens: int) -> None:
+    The text is cumulative unless the server runs with `--incremental-streaming-output` (then set
+    `sglang_incremental_output`): guessing from the text itself would drop a piece that repeats its start."""
+
+    def __init__(self, parser: ToolParser, prompt_tokens: int, incremental: bool = False) -> None:
         super().__init__(parser, prompt_tokens)
-        self.text = ""
+        self.incremental = incremental
+        self.sent = 0  # characters of the cumulative text already passed on
 
     def read(self, chunk: dict[str, Any]) -> str:
         text = chunk.get("text") or ""
-        # Cumulative by default; a server started with incremental streaming output sends only the new text.
-        new = text[len(self.text) :] if text.startswith(self.text) else text
-        self.text = text if text.startswith(self.text) else self.text + text
+        new = text if self.incremental else text[self.sent :]
+        self.sent = self.sent if self.incremental else max(self.sent, len(text))
         meta = chunk.get("meta_info")
         if isinstance(meta, dict):
             self.prompt_tokens = _int(meta.get("prompt_tokens")) or self.prompt_tokens

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from hotloop.bench.clients import BenchError, ModeClient, open_client
@@ -31,6 +31,9 @@ class AgentLoopConfig:
     upstream: str | None = None
     prefill_us_per_token: float = 0.0
     tool_choice: str = "auto"  # "required" for a real model that must call a tool every turn
+    # A real model's sampling: a small model at temperature 1 can ramble inside a forced call until its budget ends.
+    temperature: float | None = None
+    max_output_tokens: int | None = None
 
 
 @dataclass
@@ -71,7 +74,7 @@ def turn_model_ms(config: AgentLoopConfig, input_tokens: int, cached_tokens: int
 
 
 def request_fields(config: AgentLoopConfig) -> dict[str, Any]:
-    return {
+    fields: dict[str, Any] = {
         "model": config.model,
         "instructions": INSTRUCTIONS,
         "tools": TOOLS,
@@ -79,6 +82,11 @@ def request_fields(config: AgentLoopConfig) -> dict[str, Any]:
         "parallel_tool_calls": False,
         "metadata": sim_metadata(config.ttft_ms, config.tps, config.turns - 1),
     }
+    if config.temperature is not None:
+        fields["temperature"] = config.temperature
+    if config.max_output_tokens is not None:
+        fields["max_output_tokens"] = config.max_output_tokens
+    return fields
 
 
 async def run_rollout(
@@ -140,9 +148,8 @@ async def run_agent_loop(
     rollout = Rollout(turns=config.turns, context_tokens=config.context_tokens, chars_per_token=cpt)
     fields = request_fields(config)
     if config.warmup:
-        warm = AgentLoopConfig(
-            turns=2, context_tokens=500, tps=config.tps, tool_ms=0.0, ttft_ms=0.0, runs=1, model=config.model
-        )
+        # The measured runs' model, upstream and tool_choice (a real model answers in text under `auto`).
+        warm = replace(config, turns=2, context_tokens=500, tool_ms=0.0, ttft_ms=0.0, runs=1)
         for mode in config.modes:
             client = await open_client(mode, base_url, request_fields(warm), api_key)
             try:

@@ -168,6 +168,17 @@ def _upstream_arguments(loop: argparse.ArgumentParser) -> None:
         help="tool_choice of every turn; `required` makes a real model call a tool each turn (the tokens backend "
         "constrains its output to a call)",
     )
+    loop.add_argument(
+        "--temperature",
+        type=_non_negative,
+        help="with --upstream: every turn's temperature (e.g. 0 for a small real model); default: the engine's",
+    )
+    loop.add_argument(
+        "--max-output-tokens",
+        type=int,
+        metavar="N",
+        help="with --upstream: every turn's max_output_tokens; default: none",
+    )
 
 
 def _counts(raw: str) -> tuple[int, ...]:
@@ -307,6 +318,8 @@ def _upstream_config(args: argparse.Namespace) -> dict[str, Any]:
         "upstream": args.upstream,
         "prefill_us_per_token": args.prefill_us_per_token,
         "tool_choice": args.tool_choice,
+        "temperature": args.temperature,
+        "max_output_tokens": args.max_output_tokens,
     }
 
 

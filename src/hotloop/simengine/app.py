@@ -57,6 +57,7 @@ def build_app(engine: Engine) -> Starlette:
         body: req.CompletionBody = req.decode(await request.body(), req.CompletionBody)
         tokens, kwargs = await _prompt(engine, req.single_prompt(body.prompt))
         kwargs["max_output_tokens"] = body.max_tokens
+        req.constrain(kwargs, req.schema_of(body))
         chunks = CompletionChunks(new_id("cmpl"), body.model or engine.settings.model)
         return await _run(engine, request, body, tokens, kwargs, chunks)
 
@@ -67,12 +68,14 @@ def build_app(engine: Engine) -> Starlette:
         raw = body.input_ids if body.input_ids is not None else body.text
         tokens, kwargs = await _prompt(engine, req.single_prompt(raw or ""))
         kwargs["max_output_tokens"] = body.sampling_params.max_new_tokens
+        req.constrain(kwargs, req.schema_of(body))
         return await _run(engine, request, body, tokens, kwargs, GenerateChunks(new_id("gen"), len(tokens)))
 
     async def completion(request: Request) -> Response:
         body: req.LlamaCppBody = req.decode(await request.body(), req.LlamaCppBody)
         tokens, kwargs = await _prompt(engine, req.single_prompt(body.prompt))
         kwargs["max_output_tokens"] = body.n_predict if body.n_predict >= 0 else None
+        req.constrain(kwargs, req.schema_of(body))
         return await _run(engine, request, body, tokens, kwargs, LlamaCppChunks())
 
     async def responses(request: Request) -> Response:

@@ -61,10 +61,12 @@ class CompletionBody(msgspec.Struct):
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = 16  # OpenAI's default for /v1/completions
+    response_format: dict[str, Any] | None = None  # vLLM's structured output
 
 
 class SamplingParams(msgspec.Struct):
     max_new_tokens: int | None = 128  # SGLang's default
+    json_schema: str | None = None  # a JSON schema, as a string
 
 
 class GenerateBody(msgspec.Struct):
@@ -84,6 +86,7 @@ class LlamaCppBody(msgspec.Struct):
     prompt: str | list[Any]
     n_predict: int = -1  # llama.cpp's default: until the end of generation
     stream: bool = False
+    json_schema: dict[str, Any] | None = None
     model: str = ""
     stream_options: StreamOptions | None = None
 
@@ -172,11 +175,37 @@ def tool_mode(body: ChatBody, specs: list[ToolSpec]) -> tuple[str, str | None]:
     return "required", name
 
 
-def text_format(body: ChatBody) -> dict[str, Any]:
+def text_format(body: ChatBody | CompletionBody) -> dict[str, Any]:
     fmt = body.response_format or {"type": "text"}
     if fmt.get("type") == "json_schema":
         return {"type": "json_schema", "schema": (fmt.get("json_schema") or {}).get("schema")}
     return {"type": str(fmt.get("type", "text"))}
+
+
+def schema_of(body: CompletionBody | GenerateBody | LlamaCppBody) -> dict[str, Any] | None:
+    """The JSON schema a token-ID request constrains its output to, if any (each engine names it its own way)."""
+    if isinstance(body, CompletionBody):
+        fmt = text_format(body)
+        if fmt["type"] == "json_object":
+            return {"type": "object"}
+        schema = fmt.get("schema")
+        return schema if isinstance(schema, dict) else None
+    if isinstance(body, LlamaCppBody):
+        return body.json_schema
+    if body.sampling_params.json_schema is None:
+        return None
+    try:
+        schema = json.loads(body.sampling_params.json_schema)
+    except ValueError:
+        raise BadRequest("json_schema is not valid JSON.", param="sampling_params.json_schema") from None
+    return schema if isinstance(schema, dict) else None
+
+
+def constrain(kwargs: dict[str, Any], schema: dict[str, Any] | None) -> None:
+    """Constrained decoding, as an engine does it: the output is the schema's JSON and nothing else, so a forced
+    tool call (a schema of `{"name": const, "arguments": …}` branches) comes back as bare JSON, not a tagged block."""
+    if schema is not None:
+        kwargs.update(tools=[], tool_choice="none", text_format={"type": "json_schema", "schema": schema})
 
 
 def template_messages(body: ChatBody, specs: list[ToolSpec]) -> tuple[list[Chat], int]:
