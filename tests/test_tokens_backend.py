@@ -122,6 +122,25 @@ def test_agent_loop_hits_the_engines_prefix_cache_every_turn(
     assert stats["cached_tokens"] >= prompts[0]
 
 
+def test_tool_choice_never_changes_the_prompt_so_the_cache_still_hits(http: httpx.Client) -> None:
+    clock = {"type": "function", "name": "get_time", "parameters": {"type": "object", "properties": {}}}
+    tools = [WEATHER, clock]
+    response = _create(http, {"input": "Weather in Oslo?", "tools": tools, "tool_choice": "auto"})
+    only_weather = {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "get_weather"}]}
+    # Then a call of the weather tool only, then no calls at all: the same system message (every tool listed).
+    for choice in (only_weather, "none"):
+        made = calls(response)
+        assert made
+        outputs = [{"type": "function_call_output", "call_id": c["call_id"], "output": "sunny"} for c in made]
+        previous = response
+        body = {"previous_response_id": previous["id"], "input": outputs, "tools": tools, "tool_choice": choice}
+        response = _create(http, body)
+        assert response["usage"]["input_tokens_details"]["cached_tokens"] >= previous["usage"]["input_tokens"]
+        if choice is only_weather:  # constrained to a call of the allowed tool
+            assert [call["name"] for call in calls(response)] == ["get_weather"]
+    assert calls(response) == [] and output_text(response)
+
+
 def test_text_streams_with_the_engines_usage(http: httpx.Client, engine: SimEngineProcess) -> None:
     events = parse_sse(http.post("/responses", json={"input": "Hello", "stream": True}).text)
     final = check_sequence(events)

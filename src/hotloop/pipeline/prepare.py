@@ -76,7 +76,7 @@ async def _prepare(
         safety = service.safety.scan(parent.safety_states if parent else None, new_items)
     with timings.stage("render"):
         prompted = [*history, *new_items] if history else new_items
-        prompt, rendered = render_prompt(service.renderer, model, request, choice, parent, prompted)
+        prompt, rendered = render_prompt(service.renderer, model, request, tools.specs, parent, prompted)
     calls_so_far = (parent.calls_in_context if parent is not None else 0) + count_calls(prompted)
     response = _new_response(request, model, tools.echo, choice)
     if conversation_id is not None:

@@ -11,12 +11,12 @@ from array import array
 from collections.abc import Sequence
 from itertools import chain
 
+from hotloop.backends.base import ToolSpec
 from hotloop.errors import InvalidParam
 from hotloop.models import Model
 from hotloop.pipeline.context import ChainState
 from hotloop.pipeline.render import Chat, item_messages, system_message
 from hotloop.pipeline.tokens import PromptRenderer, Rendered
-from hotloop.pipeline.tools import ToolChoice
 from hotloop.wire.items import ContextItem
 from hotloop.wire.request import CreateRequest
 
@@ -25,7 +25,7 @@ def render_prompt(
     renderer: PromptRenderer,
     model: Model,
     request: CreateRequest,
-    choice: ToolChoice,
+    tools: Sequence[ToolSpec],
     parent: ChainState | None,
     new_items: list[ContextItem],
 ) -> tuple[array[int], Rendered | None]:
@@ -35,8 +35,10 @@ def render_prompt(
     """
     if model.takes_messages:
         return array("i"), None
-    specs = choice.tools.specs if choice.mode != "none" else ()
-    source = (request.instructions, specs)
+    # Every declared tool is in the prompt whatever `tool_choice` says (`none`, `allowed_tools`): as with OpenAI and
+    # vLLM, the choice limits what may be called, not what the model reads, so a turn that changes it shares the
+    # chain's prefix and the engine's prefix cache still hits.
+    source = (request.instructions, tuple(tools))
     reusable = parent.rendered if parent is not None else None
     # The tool list is rendered once per chain: again only when instructions or offered tools change.
     system = reusable.system if reusable is not None and reusable.source == source else system_message(*source)
