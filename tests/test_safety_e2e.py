@@ -298,6 +298,26 @@ def test_block_verdicts_in_metrics(block_server: RunningServer, block_http: http
 # -- settings -------------------------------------------------------------------------------------------------------
 
 
+def test_a_chain_loaded_from_the_store_keeps_its_safety_state(tmp_path: Path) -> None:
+    """A secret is reported once per chain, also when the next turn finds the chain in the store, not in memory."""
+    first_server = start_server(tmp_path, models=[SIM])
+    try:
+        with first_server.http() as http:
+            first = post(http, input=secret_message())
+    finally:
+        first_server.stop()
+    assert first["metadata"][SAFETY].startswith("flag")
+    again = start_server(tmp_path, models=[SIM])  # the same store, nothing in memory
+    try:
+        with again.http() as http:
+            repeated = post(http, previous_response_id=first["id"], input=secret_message())
+            fresh = post(http, previous_response_id=first["id"], input=user("another: AKIA" + "M3K8Q2ZP7W4N9R6X"))
+    finally:
+        again.stop()
+    assert SAFETY not in repeated["metadata"]  # the same key again: already reported in this chain
+    assert fresh["metadata"][SAFETY].startswith("flag")  # a new one still is
+
+
 def test_off_disables_the_classifier(tmp_path: Path) -> None:
     running = start_server(tmp_path, models=[SIM], safety_secrets="off", safety_injection="off")
     try:

@@ -14,7 +14,7 @@ from hotloop.ids import new_id
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
 from hotloop.pipeline import conversations
-from hotloop.pipeline.context import call_ids_of
+from hotloop.pipeline.context import ChainState, call_ids_of
 from hotloop.pipeline.normalize import normalize_input
 from hotloop.pipeline.prompt import render_prompt
 from hotloop.pipeline.resolve import count_calls, expand_references, resolve_parent
@@ -23,6 +23,7 @@ from hotloop.pipeline.session import Session
 from hotloop.pipeline.tools import ToolChoice, resolve_tool_choice, resolve_tools
 from hotloop.pipeline.turn import DEFAULT_OPTIONS, Turn, TurnOptions
 from hotloop.pipeline.validate import check_new_items, check_request
+from hotloop.safety import SafetyStates
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import Response
 
@@ -73,7 +74,7 @@ async def _prepare(
             conversations.check_new_ids(history, new_items)
         call_ids = check_new_items(new_items, known, service.secret)
     with timings.stage("safety"):
-        safety = service.safety.scan(parent.safety_states if parent else None, new_items)
+        safety = service.safety.scan(_safety_states(service, parent), new_items)
     with timings.stage("render"):
         prompted = [*history, *new_items] if history else new_items
         prompt, rendered = render_prompt(service.renderer, model, request, tools.specs, parent, prompted)
@@ -131,6 +132,14 @@ def _text_config(text: dict[str, Any] | None) -> dict[str, Any]:
         # The echoed format always has `description` and `strict` (OR `JsonSchemaResponseFormat` requires them).
         config["format"] = {**fmt, "description": fmt.get("description"), "strict": fmt.get("strict") is True}
     return config
+
+
+def _safety_states(service: Service, parent: ChainState | None) -> SafetyStates | None:
+    """The parent's classifier states; a chain loaded from the store has none in memory, so they are rebuilt once
+    from its context (the same states as turn-by-turn scanning: a secret seen before is not reported again)."""
+    if parent is None or parent.safety_states is not None or not service.safety.enabled:
+        return parent.safety_states if parent is not None else None
+    return service.safety.scan(None, parent.context).states
 
 
 def _new_response(request: CreateRequest, model: Model, tools: list[Any], choice: ToolChoice) -> Response:
