@@ -473,3 +473,40 @@ async def test_redis_conversation_load_is_one_round_trip(tmp_path: Path) -> None
     finally:
         await store.close()
         await drop_namespace("redis", ns)
+
+
+async def test_sqlite_group_commit_fails_a_bad_write_alone(tmp_path: Path) -> None:
+    """Writes that queue up while the writer is busy commit together; a write that fails in such a batch fails
+    alone (the batch runs again write by write) and the others are kept."""
+    import sqlite3
+    import threading
+
+    from hotloop.stores.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "group.db")
+    gate = threading.Event()
+    batches: list[int] = []
+    try:
+        blocker = asyncio.ensure_future(store._write(lambda conn: gate.wait(10)))  # holds the writer
+        await asyncio.sleep(0.05)
+        saves = [store.save(A, response(f"resp_{n}"), [user(f"u{n}")]) for n in range(20)]
+
+        def bad(conn: sqlite3.Connection) -> None:
+            batches.append(conn.total_changes)
+            conn.execute("INSERT INTO no_such_table VALUES (1)")
+
+        tasks = [asyncio.ensure_future(job) for job in [*saves[:10], store._write(bad), *saves[10:]]]
+        await asyncio.sleep(0.05)  # all queued behind the blocker
+        gate.set()
+        outcomes = await asyncio.gather(blocker, *tasks, return_exceptions=True)
+    finally:
+        await store.close()
+    assert isinstance(outcomes[11], StoreUnavailable) and "no_such_table" in str(outcomes[11])
+    assert [outcome for n, outcome in enumerate(outcomes[1:]) if n != 10] == [None] * 20
+    assert len(batches) == 2  # tried in the batch, then alone
+    reopened = SQLiteStore(tmp_path / "group.db")
+    try:
+        got = await asyncio.gather(*(reopened.get(A, f"resp_{n}") for n in range(20)))
+    finally:
+        await reopened.close()
+    assert all(g is not None for g in got)
