@@ -12,20 +12,23 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
+from redis.asyncio import Redis
 
 from hotloop.config import Settings
 from hotloop.errors import InvalidParam, StoreUnavailable
 from hotloop.metering.records import UsageRecord
 from hotloop.stores.base import Store
 from hotloop.stores.codec import encode_response
+from hotloop.stores.postgres import PostgresStore
 from hotloop.stores.redis import RedisStore
 from hotloop.stores.retention import Retention, sweep
 from hotloop.stores.url import open_store
 from hotloop.wire.conversations import Conversation
 from hotloop.wire.items import FunctionCall, FunctionCallOutput, InputText, Message, OtherItem, OutputText
 from hotloop.wire.response import Response
-from store_support import KINDS, drop_namespace, namespace, store_url
+from store_support import KINDS, REDIS_URL, drop_namespace, namespace, postgres_url, store_url
 
 A, B = "owner-a", "owner-b"
 
@@ -271,8 +274,9 @@ async def test_deletions_reach_other_replicas(opened: tuple[str, str, Store], tm
     """A second store on the same data (another replica) hears of a DELETE and of a retention sweep."""
     kind, url, store = opened
     heard: list[str] = []
+    gaps: list[float] = []
     replica = open_store(_settings(url, tmp_path, retention_ttl_s=3600.0))
-    replica.start(heard.append)
+    replica.start(heard.append, lambda: gaps.append(time.monotonic()))
     try:
         await asyncio.sleep(0.3)  # subscribed
         await store.save(A, response("resp_1"), [user("one")])
@@ -283,8 +287,81 @@ async def test_deletions_reach_other_replicas(opened: tuple[str, str, Store], tm
             assert time.monotonic() < deadline, (kind, heard)
             await asyncio.sleep(0.05)
         assert await store.get(A, "resp_old") is None
+        assert gaps == []  # the first subscription is no gap
     finally:
         await replica.close()
+
+
+async def _until(done: Any, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.05)
+
+
+async def _kill_feed(kind: str, replica: Store, before: set[int]) -> None:
+    """Drop the replica's deletion feed connection on the server side (as a restarted server or a network fault
+    would): its Redis pub/sub client (those that were not there before it started), its PostgreSQL LISTEN one."""
+    if isinstance(replica, RedisStore):
+        admin = Redis.from_url(REDIS_URL)
+        try:
+            ours = {int(c["id"]) for c in await admin.client_list(_type="pubsub")} - before
+            assert ours, "the replica has no pub/sub connection"
+            for client_id in ours:
+                await admin.client_kill_filter(_id=str(client_id))
+        finally:
+            await admin.aclose()
+    else:
+        assert isinstance(replica, PostgresStore)
+        conn = await asyncpg.connect(postgres_url(), timeout=5)
+        try:
+            killed = await conn.fetch(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+                replica.listener_name,
+            )
+            assert len(killed) == 1, (kind, killed)
+        finally:
+            await conn.close()
+
+
+async def _pubsub_ids() -> set[int]:
+    admin = Redis.from_url(REDIS_URL)
+    try:
+        return {int(c["id"]) for c in await admin.client_list(_type="pubsub")}
+    finally:
+        await admin.aclose()
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgresql"])
+async def test_deletion_feed_gap_is_reported(kind: str, tmp_path: Path) -> None:
+    """A feed connection that drops may miss deletions: once it is subscribed again the store calls on_gap (never
+    for the first subscription), and deletions are heard again."""
+    ns = namespace()
+    url = store_url(kind, ns, tmp_path)
+    store, replica = open_store(_settings(url, tmp_path)), open_store(_settings(url, tmp_path))
+    heard: list[str] = []
+    gaps: list[float] = []
+    before = await _pubsub_ids() if kind == "redis" else set()
+    replica.start(heard.append, lambda: gaps.append(time.monotonic()))
+    try:
+        for n in range(3):
+            await store.save(A, response(f"resp_{n}"), [user(f"turn {n}")])
+        assert await store.delete(A, "resp_0")
+        await _until(lambda: "resp_0" in heard, f"{kind}: the first subscription hears deletions")
+        assert gaps == []
+
+        await _kill_feed(kind, replica, before)
+        killed_at = time.monotonic()
+        assert await store.delete(A, "resp_1")  # while the feed is down (or just back): may be missed
+        await _until(lambda: gaps, f"{kind}: no gap reported after the feed came back")
+        assert gaps[0] > killed_at
+        assert await store.delete(A, "resp_2")  # the feed works again (on_gap ran once it was subscribed)
+        await _until(lambda: "resp_2" in heard, f"{kind}: deletions are heard after the gap")
+        assert len(gaps) == 1
+    finally:
+        await replica.close()
+        await store.close()
+        await drop_namespace(kind, ns)
 
 
 async def test_bad_store_url_refuses(tmp_path: Path) -> None:

@@ -190,3 +190,53 @@ def test_delete_reaches_every_replica(tmp_path: Path, cleanup: list[tuple[str, s
             time.sleep(0.05)
         error_of(reply, 400, "previous_response_not_found", "previous_response_id")
         error_of(http_b.get(f"/responses/{response_id}"), 404, "response_not_found", "response_id")
+
+
+def test_delete_missed_during_a_feed_gap(tmp_path: Path, cleanup: list[tuple[str, str]]) -> None:
+    """Replica B's deletion feed is down while A deletes responses B has in memory (its chain cache, a WebSocket
+    lane): once B's feed is back, B has dropped its stored chains and answers previous_response_not_found (it asks
+    the store) instead of continuing them; a store:false lane, which the store could not give back, goes on."""
+    kind = "redis"
+    ns = namespace()
+    cleanup.append((kind, ns))
+    proxy = Proxy(upstream(kind))
+    url_a, url_b = store_url(kind, ns, tmp_path), store_url(kind, ns, tmp_path, host_port=("127.0.0.1", proxy.port))
+    replicas = ServerProcess(tmp_path / "a", store_url=url_a), ServerProcess(tmp_path / "b", store_url=url_b)
+    try:
+        with (
+            replicas[0] as a,
+            replicas[1] as b,
+            httpx.Client(base_url=a.base_url, timeout=30) as http_a,
+            httpx.Client(base_url=b.base_url, timeout=30) as http_b,
+            WS(b.ws_url) as ws,
+        ):
+            made = create(http_b)
+            assert made.status_code == 200, made.text
+            response_id = made.json()["id"]
+            assert create(http_b, previous_response_id=response_id).status_code == 200  # B continues from memory
+            # Two lanes of one connection, each with its latest response in the connection's cache.
+            ws_stored = final(ws.turn(model="hotloop-sim", input="stored", store=True, stream_id="stored"))["id"]
+            ws_local = final(ws.turn(model="hotloop-sim", input="local", store=False, stream_id="local"))["id"]
+
+            proxy.cut()  # B's feed is down: it cannot hear the DELETEs below
+            for doomed in (response_id, ws_stored):
+                assert http_a.delete(f"/responses/{doomed}").status_code == 200
+            time.sleep(0.5)  # B notices and retries while the proxy is still cut
+            proxy.restore()
+
+            deadline = time.monotonic() + 15  # B reconnects within its backoff (at most 5 s)
+            while (reply := create(http_b, previous_response_id=response_id)).status_code == 200:
+                assert time.monotonic() < deadline, "replica B still continues a response deleted during its gap"
+                time.sleep(0.1)
+            error_of(reply, 400, "previous_response_not_found", "previous_response_id")
+            # The gap dropped the connection's stored lane with the chain cache (one step).
+            refused = ws.error(
+                model="hotloop-sim", input="go on", previous_response_id=ws_stored, store=True, stream_id="stored"
+            )
+            assert refused["error"]["code"] == "previous_response_not_found", refused
+            local = ws.turn(
+                model="hotloop-sim", input="go on", previous_response_id=ws_local, store=False, stream_id="local"
+            )
+            assert final(local)["status"] == "completed"
+    finally:
+        proxy.close()

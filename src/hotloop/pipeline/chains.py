@@ -35,6 +35,14 @@ class ChainCache:
     def forget(self, response_id: str) -> None:
         self._states.pop(response_id)
 
+    def clear(self) -> int:
+        """Drop every entry (the deletion feed had a gap: any of them may have been deleted); how many."""
+        dropped = len(self._states)
+        fresh: StateLRU[str] = StateLRU(self._states.max_bytes, self._states.max_entries)
+        fresh.evictions = self._states.evictions  # a Prometheus counter: it never goes back
+        self._states = fresh
+        return dropped
+
     @property
     def bytes(self) -> int:
         return self._states.bytes

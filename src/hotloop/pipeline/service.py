@@ -4,6 +4,7 @@ responses."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import weakref
 
@@ -21,6 +22,7 @@ from hotloop.safety import SafetyStage
 from hotloop.stores.base import Store
 
 LEDGER_DRAIN_TIMEOUT_S = 30.0
+log = logging.getLogger("hotloop.store")
 
 
 class CacheCounter:
@@ -103,11 +105,26 @@ class Service:
         for session in list(self.sessions):
             session.forget(response_id)
 
+    def forget_reloadable(self) -> None:
+        """The deletion feed is back after a gap, so deletions may have been missed: drop every cached chain the
+        store can reload (the chain cache, connections' fully stored lanes), so the store decides whether it still
+        exists. Connection lanes of chains not fully stored are kept: the store could not give them back."""
+        chains = self.chains.clear()
+        lanes = sum(session.forget_stored() for session in list(self.sessions))
+        log.warning(
+            "deletion feed was down, deletions may have been missed: dropped %d cached chains and %d connection"
+            " cache entries",
+            chains,
+            lanes,
+        )
+
     def start(self) -> None:
         """Start the background parts (the ledger's writer, the store's sweeper and deletion feed); called once the
         event loop runs."""
         self.ledger.start()
-        self.store.start(self.forget)  # a response deleted or expired on any replica leaves this one's caches
+        # A response deleted or expired on any replica leaves this one's caches; after a gap in the feed, every
+        # cached chain that might have been deleted does.
+        self.store.start(self.forget, self.forget_reloadable)
 
     async def close(self) -> None:
         for task in list(self.background.values()):

@@ -73,6 +73,16 @@ class Session:
             if state.response.id == response_id:
                 self._drop(lane)
 
+    def forget_stored(self) -> int:
+        """Drop the lanes whose chain is fully stored (the deletion feed had a gap: any may have been deleted); how
+        many. Their next continuation reloads the chain from the store, which refuses a deleted one. A lane whose
+        chain is not fully stored (`store: false` somewhere in it) is kept: it cannot be reloaded, so dropping it
+        would break a live chain; it stays continuable even if a stored ancestor was deleted during the gap."""
+        stored = [lane for lane, state in self._lanes.items() if state.stored_chain]
+        for lane in stored:
+            self._drop(lane)
+        return len(stored)
+
     def clear(self) -> None:
         for lane in list(self._lanes):
             self._drop(lane)

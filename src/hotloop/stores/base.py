@@ -38,9 +38,12 @@ class Store(Sweepable, ConversationStore, Protocol):
     """Every method raises `StoreUnavailable` (503) when the store cannot be reached; a failed `save` leaves
     nothing readable (a response and its items are written in one atomic step)."""
 
-    def start(self, on_deleted: Callable[[str], None]) -> None:
+    def start(self, on_deleted: Callable[[str], None], on_gap: Callable[[], None]) -> None:
         """Start the background work once the event loop runs: the retention sweeper and the feed of deletions
-        from every replica (this one included), each handed to `on_deleted`. A store works without it."""
+        from every replica (this one included), each handed to `on_deleted`. A store works without it.
+
+        A feed that can miss deletions (its connection dropped, then came back) calls `on_gap()` once it is
+        subscribed again, so the caller drops whatever a missed deletion could have left stale."""
         ...
 
     async def ensure_available(self) -> None:

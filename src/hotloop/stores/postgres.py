@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import random
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -24,7 +25,14 @@ from hotloop.stores.base import Chain, ItemPage, UsagePage
 from hotloop.stores.codec import chain_from_rows, decode_item, encode, encode_response, usage_record
 from hotloop.stores.health import Health
 from hotloop.stores.postgres_conversations import PostgresConversations
-from hotloop.stores.retention import Background, DeletionHandler, Retention, retry_forever, sweep_forever
+from hotloop.stores.retention import (
+    Background,
+    DeletionHandler,
+    GapHandler,
+    Retention,
+    retry_forever,
+    sweep_forever,
+)
 from hotloop.wire.items import ContextItem
 from hotloop.wire.response import Response, response_decoder
 
@@ -105,21 +113,33 @@ class PostgresStore(PostgresConversations):
     async def ensure_available(self) -> None:
         await self.health.ensure()
 
-    def start(self, on_deleted: DeletionHandler) -> None:
+    def start(self, on_deleted: DeletionHandler, on_gap: GapHandler) -> None:
         if self.retention.active:
             self._background.spawn(sweep_forever(self, self.retention), "hotloop-retention")
-        self._background.spawn(retry_forever("postgresql", lambda: self._listen(on_deleted)), "hotloop-deletions")
+        feed = retry_forever("postgresql", lambda subscribed: self._listen(on_deleted, subscribed), on_gap)
+        self._background.spawn(feed, "hotloop-deletions")
 
-    async def _listen(self, on_deleted: DeletionHandler) -> None:
+    async def _listen(self, on_deleted: DeletionHandler, subscribed: Callable[[], None]) -> None:
         await self._connected()  # the schema exists before anything is deleted
-        conn = await asyncpg.connect(self._dsn, timeout=CONNECT_TIMEOUT_S)
+        # Named, so an operator (or a test) can tell the listener in pg_stat_activity.
+        settings = {"application_name": self.listener_name}
+        conn = await asyncpg.connect(self._dsn, timeout=CONNECT_TIMEOUT_S, server_settings=settings)
+        closed = asyncio.Event()
+        conn.add_termination_listener(lambda _conn: closed.set())
         try:
             await conn.add_listener(self._channel, lambda _c, _pid, _channel, payload: on_deleted(payload))
-            while True:  # a ping notices a connection that died quietly
-                await asyncio.sleep(LISTENER_PING_S)
-                await conn.execute("SELECT 1", timeout=CONNECT_TIMEOUT_S)
+            subscribed()  # add_listener returns once LISTEN has run: every later NOTIFY reaches this connection
+            while True:  # a closed connection is noticed at once; a ping notices one that died quietly
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(closed.wait(), LISTENER_PING_S)
+                await conn.execute("SELECT 1", timeout=CONNECT_TIMEOUT_S)  # raises on a closed connection
         finally:
             conn.terminate()
+
+    @property
+    def listener_name(self) -> str:
+        """The `application_name` of this store's LISTEN connection."""
+        return f"hotloop-listener-{self.schema}"
 
     async def save(self, owner: str, response: Response, input_items: list[ContextItem]) -> None:
         enc = encode_response(response, input_items)

@@ -9,6 +9,7 @@ URL: `redis://[user:password@]host:port/db?prefix=NAME` (`rediss://` for TLS); e
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -23,7 +24,14 @@ from hotloop.stores.base import Chain, ItemPage, UsagePage
 from hotloop.stores.codec import decode_blob, encode, encode_blob, encode_response, usage_decoder
 from hotloop.stores.health import Health
 from hotloop.stores.redis_conversations import RedisConversations
-from hotloop.stores.retention import Background, DeletionHandler, Retention, retry_forever, sweep_forever
+from hotloop.stores.retention import (
+    Background,
+    DeletionHandler,
+    GapHandler,
+    Retention,
+    retry_forever,
+    sweep_forever,
+)
 from hotloop.wire.items import ContextItem
 from hotloop.wire.response import Response, response_decoder
 
@@ -81,19 +89,26 @@ class RedisStore(RedisConversations):
     async def ensure_available(self) -> None:
         await self.health.ensure()
 
-    def start(self, on_deleted: DeletionHandler) -> None:
+    def start(self, on_deleted: DeletionHandler, on_gap: GapHandler) -> None:
         if self.retention.active:
             self._background.spawn(sweep_forever(self, self.retention), "hotloop-retention")
-        self._background.spawn(retry_forever("redis", lambda: self._listen(on_deleted)), "hotloop-deletions")
+        feed = retry_forever("redis", lambda subscribed: self._listen(on_deleted, subscribed), on_gap)
+        self._background.spawn(feed, "hotloop-deletions")
 
-    async def _listen(self, on_deleted: DeletionHandler) -> None:
-        pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+    async def _listen(self, on_deleted: DeletionHandler, subscribed: Callable[[], None]) -> None:
+        # Subscribe confirmations are kept: one arrives when the subscription is active, and again each time
+        # redis-py reconnects and resubscribes by itself after a dropped connection (a gap to report).
+        pubsub = self.client.pubsub(ignore_subscribe_messages=False)
         try:
             await pubsub.subscribe(self.prefix + "deleted")
             while True:
                 message = await pubsub.get_message(timeout=1.0)
-                if message is not None and message["type"] == "message":
+                if message is None:
+                    continue
+                if message["type"] == "message":
                     on_deleted(_text(message["data"]))
+                elif message["type"] == "subscribe":
+                    subscribed()
         finally:
             with contextlib.suppress(Exception):
                 await pubsub.aclose()

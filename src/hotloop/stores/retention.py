@@ -20,6 +20,7 @@ log = logging.getLogger("hotloop.store")
 SWEEP_INTERVAL_S = 1.0
 SWEEP_BATCH = 100  # responses deleted per step: a step holds a lock for well under a millisecond per response
 DeletionHandler = Callable[[str], None]
+GapHandler = Callable[[], None]  # the deletion feed is back after a gap: deletions may have been missed
 
 
 class Retention(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,14 +78,30 @@ async def sweep_forever(store: Sweepable, retention: Retention) -> None:
         await asyncio.sleep(retention.interval_s)
 
 
-async def retry_forever(name: str, connect_and_listen: Callable[[], Awaitable[None]]) -> None:
-    """Keep a deletion feed subscribed: reconnect with backoff after it drops (deletions sent meanwhile are
-    missed; docs/stores.md)."""
+async def retry_forever(
+    name: str, connect_and_listen: Callable[[Callable[[], None]], Awaitable[None]], on_gap: GapHandler
+) -> None:
+    """Keep a deletion feed subscribed: reconnect with backoff after it drops.
+
+    `connect_and_listen(subscribed)` connects, subscribes, calls `subscribed()` each time its subscription is
+    confirmed active (a client that resubscribes by itself after a drop calls it again), then listens until the
+    connection fails. Deletions sent while no subscription was active are missed, so every subscription after the
+    first calls `on_gap()`, which drops what a missed deletion could have left stale (docs/stores.md). It runs
+    once the new subscription is active, so a deletion sent after it is heard, not missed.
+    """
+    subscriptions = 0
     delay = 0.1
+
+    def subscribed() -> None:
+        nonlocal subscriptions, delay
+        subscriptions += 1
+        delay = 0.1  # the next drop retries quickly again
+        if subscriptions > 1:
+            on_gap()
+
     while True:
         try:
-            await connect_and_listen()
-            delay = 0.1
+            await connect_and_listen(subscribed)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
