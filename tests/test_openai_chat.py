@@ -23,7 +23,7 @@ from hotloop.config import Settings, Upstream, load_settings
 from hotloop.models import build_registry
 from hotloop.simengine.engine import authorization_digest
 from hotloop.wire.items import FunctionCall, FunctionCallOutput, InputImage, InputText, Message, OutputText
-from http_support import calls, check_sequence, output_text, parse_sse, stream_create
+from http_support import calls, check_sequence, error_of, output_text, parse_sse, stream_create
 from process_support import free_port
 from simengine_support import (
     READ_TIMEOUT_S,
@@ -122,6 +122,17 @@ def test_upstream_errors_fail_the_response_with_a_code(http: httpx.Client, engin
     engine.script({"status": 400, "message": "This model's maximum context length is 2048 tokens."})
     error = failed_error(parse_sse(http.post("/responses", json={"input": "hi", "stream": True}).text))
     assert error["code"] == "context_length_exceeded"
+
+
+def test_upstream_client_errors_are_4xx_without_streaming(http: httpx.Client, engine: SimEngineProcess) -> None:
+    """Not streamed, the engine's verdict on the input is the client's error (400, 429), never a 500."""
+    engine.script({"status": 400, "message": "request (931 tokens) exceeds the available context size (512 tokens)"})
+    error_of(http.post("/responses", json={"input": "hi"}), 400, "context_length_exceeded", "input")
+    engine.script({"status": 429, "message": "slow down"})
+    reply = http.post("/responses", json={"input": "hi"})
+    assert reply.status_code == 429 and reply.json()["error"]["code"] == "rate_limit_exceeded"
+    engine.script({"status": 500, "message": "boom"}, {"status": 500, "message": "boom"})
+    error_of(http.post("/responses", json={"input": "hi"}), 500, "server_error", None)  # the engine's own fault
 
 
 def test_an_unreachable_upstream_fails_the_response(http: httpx.Client) -> None:

@@ -180,6 +180,8 @@ def error_message(raw: bytes) -> str:
         return raw.decode("utf-8", "replace").strip()[:500] or "(no body)"
     error = body.get("error", body) if isinstance(body, dict) else body
     if isinstance(error, dict):
-        parts = [str(error[key]) for key in ("message", "code") if error.get(key)]
+        # A string code says something ("context_length_exceeded"); llama.cpp's numeric one repeats the status.
+        code = error.get("code") if isinstance(error.get("code"), str) else None
+        parts = [str(part) for part in (error.get("message"), code) if part]
         return " ".join(parts) or str(error)[:500]
     return str(error)[:500]

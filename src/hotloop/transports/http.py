@@ -52,10 +52,13 @@ def error_response(exc: HotloopError) -> Response:
 
 
 # A non-streaming response that failed after acceptance (protocol.md §1.9): its HTTP status and error type by code.
-# A safety block is the client's input, never a 500.
+# A safety block, or an input longer than the upstream engine's real context, is the client's input, never a 500;
+# an upstream engine's 429 is a 429, which OpenAI clients retry with backoff.
 FAILURE_STATUS: dict[str, tuple[int, str, str | None]] = {
     "store_unavailable": (503, "server_error", None),
     "content_filter": (400, "invalid_request_error", "input"),
+    "context_length_exceeded": (400, "invalid_request_error", "input"),
+    "rate_limit_exceeded": (429, "requests", None),
 }
 TIMING_HEADER = "x-responsesapi-include-timing-metrics"
 
