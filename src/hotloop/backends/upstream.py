@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
 from typing import Any, Protocol
 
 import httpx
@@ -26,6 +26,7 @@ from hotloop.config import Upstream
 log = logging.getLogger("hotloop.upstream")
 RETRYABLE_STATUS = frozenset({408, 500, 502, 503, 504})
 ERROR_BODY_BYTES = 4096
+DRAIN_S = 0.25  # the longest wait for a stream's end after its last event (it normally follows at once)
 _CONTEXT_HINTS = ("context length", "context window", "context size", "too many tokens", "maximum context")
 
 
@@ -35,6 +36,14 @@ class Retryable(Exception):
     def __init__(self, error: BackendError) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+class StaleConnection(Retryable):
+    """The engine closed a pooled keep-alive connection as the request went out on it, before any response.
+
+    HTTP lets a server close an idle keep-alive connection at any time, and llama.cpp's server sometimes closes one
+    just after a streamed response: a request sent on it at once gets no answer. Such a request never reached the
+    engine's handler, so it is sent again at once on a new connection, and it is not the replica's failure."""
 
 
 class StreamReader(Protocol):
@@ -48,6 +57,24 @@ class StreamReader(Protocol):
     def end(self) -> Sequence[Delta]:
         """The deltas after the stream's last chunk, `Finished` last; `Retryable` when the stream was cut short."""
         ...
+
+
+class _Drains:
+    """Finished streams whose end is still being read (`_drain`), off the turns' clock; stopped on close."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, drain: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(drain)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class UpstreamBackend:
@@ -67,6 +94,7 @@ class UpstreamBackend:
             cooldown_s=upstream.down_cooldown_s,
         )
         self._client: httpx.AsyncClient | None = None
+        self._drains = _Drains()
 
     def body(self, request: GenerationRequest) -> dict[str, Any]:
         raise NotImplementedError
@@ -88,6 +116,7 @@ class UpstreamBackend:
         return self._client
 
     async def close(self) -> None:
+        await self._drains.stop()
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -96,6 +125,7 @@ class UpstreamBackend:
         payload = msgspec.json.encode(self.body(request))
         tried: set[int] = set()
         attempt = 0
+        resent = False  # a request lost to a stale pooled connection is sent again once, for free
         while True:
             replica, _ = self.router.choose(request.previous_response_id, frozenset(tried))
             url = replica.url + self.path
@@ -110,6 +140,10 @@ class UpstreamBackend:
                         yield delta
                 return
             except Retryable as failure:
+                if isinstance(failure, StaleConnection) and not resent:
+                    resent = True  # at once, not counted against the replica or `retries`
+                    log.debug("upstream %s closed a pooled connection unanswered; sent again", url)
+                    continue
                 self.router.failed(replica)
                 if reader.started or attempt >= self.upstream.retries:
                     raise failure.error from None
@@ -123,30 +157,54 @@ class UpstreamBackend:
                 self.router.end(replica)
 
     async def _attempt(self, url: str, payload: bytes, reader: StreamReader) -> AsyncGenerator[Delta, None]:
+        client = self._http()
+        response: httpx.Response | None = None
         try:
-            async with self._http().stream("POST", url, content=payload) as response:
-                if response.status_code >= 400:
-                    raise await status_error(url, response)
-                async for line in response.aiter_lines():
-                    if line.startswith("error:"):  # llama.cpp's server sends a failure as an `error:` line
-                        raise mid_stream_error(line[6:].strip().encode())
-                    if not line.startswith("data:"):
-                        continue  # SSE comments, `event:` lines, blank separators
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    for delta in reader.feed(data):
-                        yield delta
-                    if reader.done:
-                        break
+            response = await client.send(client.build_request("POST", url, content=payload), stream=True)
+            if response.status_code >= 400:
+                raise await status_error(url, response)
+            lines = response.aiter_lines()
+            async for line in lines:
+                if line.startswith("error:"):  # llama.cpp's server sends a failure as an `error:` line
+                    raise mid_stream_error(line[6:].strip().encode())
+                if not line.startswith("data:"):
+                    continue  # SSE comments, `event:` lines, blank separators
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                for delta in reader.feed(data):
+                    yield delta
+                if reader.done:
+                    break
+            self._drains.spawn(_drain(response, lines))  # off the turn's clock: the connection goes back to the pool
+            response = None
         except httpx.TimeoutException as exc:
             limit = self.upstream.read_timeout_s
             what = "did not connect" if isinstance(exc, httpx.ConnectTimeout) else f"sent nothing for {limit:g} s"
             raise Retryable(BackendError(f"The upstream engine {what} ({url}).")) from None
         except httpx.TransportError as exc:
-            raise Retryable(BackendError(f"The upstream engine failed: {type(exc).__name__} {exc} ({url}).")) from None
+            error = BackendError(f"The upstream engine failed: {type(exc).__name__} {exc} ({url}).")
+            if isinstance(exc, httpx.RemoteProtocolError) and response is None:
+                raise StaleConnection(error) from None
+            raise Retryable(error) from None
+        finally:
+            if response is not None:  # cut short (an error, the client gone): closing it tells the engine to stop
+                await response.aclose()
         for delta in reader.end():
             yield delta
+
+
+async def _drain(response: httpx.Response, lines: AsyncIterator[str]) -> None:
+    """Read a finished stream's end (llama.cpp's server sends it ~0.4 ms after its last event), so the connection
+    goes back to the pool: a response closed unread closes its connection, and each turn would open a new one (a
+    TLS handshake to a remote engine). An engine that keeps the stream open past `DRAIN_S` loses the connection."""
+    try:
+        with contextlib.suppress(TimeoutError, httpx.HTTPError):
+            async with asyncio.timeout(DRAIN_S):
+                async for _ in lines:
+                    pass
+    finally:
+        await response.aclose()
 
 
 async def status_error(url: str, response: httpx.Response) -> Exception:
