@@ -44,6 +44,8 @@ class StaleEngine:
                 await writer.drain()
                 served += 1
                 self.answered += 1
+        except (asyncio.CancelledError, asyncio.IncompleteReadError, ConnectionError):
+            return  # the server closing, or the client hanging up: nothing to answer
         finally:
             writer.close()
 
