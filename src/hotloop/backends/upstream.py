@@ -26,6 +26,9 @@ from hotloop.config import Upstream
 log = logging.getLogger("hotloop.upstream")
 RETRYABLE_STATUS = frozenset({408, 500, 502, 503, 504})
 ERROR_BODY_BYTES = 4096
+# A request that fails this way before any response went out on a connection the engine had closed (a fresh
+# connection that cannot be made fails with ConnectError instead).
+_STALE = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 DRAIN_S = 0.25  # the longest wait for a stream's end after its last event (it normally follows at once)
 _CONTEXT_HINTS = ("context length", "context window", "context size", "too many tokens", "maximum context")
 
@@ -184,7 +187,7 @@ class UpstreamBackend:
             raise Retryable(BackendError(f"The upstream engine {what} ({url}).")) from None
         except httpx.TransportError as exc:
             error = BackendError(f"The upstream engine failed: {type(exc).__name__} {exc} ({url}).")
-            if isinstance(exc, httpx.RemoteProtocolError) and response is None:
+            if isinstance(exc, _STALE) and response is None:  # no answer yet: the request died on a closed connection
                 raise StaleConnection(error) from None
             raise Retryable(error) from None
         finally:
