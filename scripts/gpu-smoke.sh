@@ -190,27 +190,20 @@ if [ "$ENGINE" != sim ]; then
 else
   BENCH_ARGS+=(--tps 2000 --prefill-us-per-token 20)  # sim-engine's own settings above
 fi
-ENGINE_LOG_LINES=$(wc -l <"$WORK/engine.log")
 "${HOTLOOP[@]}" bench agent-loop "${BENCH_ARGS[@]}"
 
 if [ "$ENGINE" = llamacpp ]; then
-  step "what hotloop adds in front of the engine (llama.cpp's own per-request time from its log)"
-  tail -n +"$((ENGINE_LOG_LINES + 1))" "$WORK/engine.log" >"$WORK/engine-bench.log"
-  "$PY" - "$WORK/bench.json" "$WORK/engine-bench.log" <<'EOF'
-import json, re, statistics, sys
+  # llama.cpp reports its own time for each request (`timings`): hotloop puts it in each turn's timings as `engine`.
+  step "what hotloop adds in front of the engine (the engine's own time per request, as it reported it)"
+  "$PY" - "$WORK/bench.json" <<'EOF'
+import json, statistics, sys
 
 result = json.load(open(sys.argv[1]))
-engine_ms = [float(m) for m in re.findall(r"total time =\s+([\d.]+) ms", open(sys.argv[2]).read())]
-config = result["config"]
-turns = [(mode, turn) for run in range(config["runs"]) for mode in config["modes"]
-         for turn in result["modes"][mode]["runs"][run]["turns"]]
-if len(engine_ms) < len(turns):
-    sys.exit(f"the engine logged {len(engine_ms)} requests for {len(turns)} measured turns")
-engine_ms = engine_ms[-len(turns):]  # the warm-up's requests come first
 print(f"{'mode':<11} {'turn ms':>8} {'engine ms':>10} {'added ms':>9} {'hotloop own ms':>15}  (medians)")
-for mode in config["modes"]:
-    rows = [(t["turn_ms"], e, t["timings"]["pre_inference"] + t["timings"]["post_inference"])
-            for (m, t), e in zip(turns, engine_ms) if m == mode]
+for mode in result["config"]["modes"]:
+    turns = [t for run in result["modes"][mode]["runs"] for t in run["turns"]]
+    rows = [(t["turn_ms"], t["timings"]["engine"], t["timings"]["pre_inference"] + t["timings"]["post_inference"])
+            for t in turns]
     med = [statistics.median(column) for column in zip(*rows)]
     added = statistics.median(turn - engine for turn, engine, _ in rows)
     print(f"{mode:<11} {med[0]:>8.1f} {med[1]:>10.1f} {added:>9.1f} {med[2]:>15.2f}")

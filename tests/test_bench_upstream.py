@@ -67,6 +67,25 @@ def test_forced_calls_and_sampling_reach_every_turn_warm_up_included(tmp_path: P
     assert (config["tool_choice"], config["temperature"], config["max_output_tokens"]) == ("required", 0.0, 64)
 
 
+def test_an_engine_that_reports_its_own_time_is_the_model_time(tmp_path: Path) -> None:
+    # llama.cpp's server (and sim-engine's /completion) report `timings`: the turn's model time is then the engine's
+    # own, measured, and the overhead is what hotloop and the hops added to it.
+    engine = SimEngineProcess(tps=2000, prefill_us_per_token=5, tool_calls=100).wait_ready()
+    try:
+        out = tmp_path / "loop.json"
+        argv = ["bench", "agent-loop", "--upstream", f"http://127.0.0.1:{engine.port}", "--dialect", "llamacpp"]
+        argv += ["--modes", "ws", "--turns", "3", "--context-tokens", "1500", "--tool-ms", "1", "--runs", "1"]
+        argv += ["--quiet", "--json", str(out)]
+        assert main(argv) == 0
+    finally:
+        engine.stop()
+    turns = json.loads(out.read_text())["modes"]["ws"]["runs"][0]["turns"]
+    for turn in turns:
+        assert turn["model_ms"] == turn["timings"]["engine"] > 0
+        assert 0 < turn["overhead_ms"] == pytest.approx(turn["turn_ms"] - turn["timings"]["engine"])
+        assert turn["timings"]["engine"] <= turn["timings"]["generate"]  # inside hotloop's wait for the engine
+
+
 def test_upstream_with_base_url_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["bench", "agent-loop", "--upstream", "http://127.0.0.1:9/v1", "--base-url", "http://127.0.0.1:9/v1"]
     assert main([*argv, "--quiet"]) == 1

@@ -243,3 +243,15 @@ def test_unknown_or_bad_upstream_models_are_clear_errors() -> None:
                 upstreams={"hotloop-sim": Upstream(url="http://x/v1")},
             )
         )
+
+
+def test_llamacpp_chat_timings_are_the_engines_own_time() -> None:
+    from hotloop.backends.base import Finished
+    from hotloop.backends.openai_chat import _StreamReader
+
+    reader = _StreamReader({})
+    reader.feed(json.dumps({"choices": [{"delta": {"content": "hi"}, "finish_reason": None}]}))
+    last = {"choices": [{"delta": {}, "finish_reason": "stop"}], "timings": {"prompt_ms": 2.0, "predicted_ms": 8.5}}
+    reader.feed(json.dumps(last))
+    finished = reader.end()[-1]
+    assert isinstance(finished, Finished) and finished.engine_ms == 10.5

@@ -237,6 +237,20 @@ def test_sglang_reader_takes_cumulative_or_incremental_text() -> None:
     assert _read(reader, pieces) == "abababc" and reader.reason == "length"
 
 
+def test_llamacpp_timings_are_the_engines_own_time() -> None:
+    from hotloop.backends.base import Finished
+    from hotloop.backends.tokens import _LlamaCppReader
+
+    reader = _LlamaCppReader(make_parser("none", [], True), 3)
+    final = {"content": "", "stop": True, "timings": {"cache_n": 2, "prompt_ms": 1.5, "predicted_ms": 40.25}}
+    assert _read(reader, [{"content": "hi", "stop": False}, final]) == "hi"
+    [finished] = reader.end()
+    assert isinstance(finished, Finished) and finished.engine_ms == 41.75 and finished.cached_tokens == 2
+    bare = _LlamaCppReader(make_parser("none", [], True), 3)
+    bare.feed(json.dumps({"content": "", "stop": True, "timings": {"cache_n": 0}}))
+    assert bare.end()[-1].engine_ms is None  # an engine that does not say
+
+
 def test_vllm_abort_is_a_failure_not_an_answer() -> None:
     from hotloop.backends.tokens import _VLLMReader
     from hotloop.backends.upstream import Retryable

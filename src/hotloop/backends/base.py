@@ -90,6 +90,9 @@ class Finished(msgspec.Struct):
     # The prompt's size as the engine counted it; None: the rendered prompt tokens' count (a backend that takes
     # messages has no rendered tokens and reports the upstream's usage here).
     prompt_tokens: int | None = None
+    # The engine's own time for the request (prompt processing + generation), when it reports one (llama.cpp's
+    # server: `timings.prompt_ms + predicted_ms`): the real model time of the turn, for `hotloop bench`.
+    engine_ms: float | None = None
 
 
 Delta = TextDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | Finished

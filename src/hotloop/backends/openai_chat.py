@@ -23,7 +23,7 @@ from hotloop.backends.base import (
     ToolCallStart,
     ToolSpec,
 )
-from hotloop.backends.upstream import Retryable, UpstreamBackend, mid_stream_error
+from hotloop.backends.upstream import Retryable, UpstreamBackend, engine_ms, mid_stream_error
 
 
 class _Function(msgspec.Struct):
@@ -61,6 +61,7 @@ class _Chunk(msgspec.Struct):
     choices: list[_Choice] | None = None  # vLLM sends null in the usage-only chunk
     usage: _Usage | None = None
     error: Any = None
+    timings: Any = None  # llama.cpp's server: its own prompt and generation times
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
@@ -119,6 +120,7 @@ class _StreamReader:
         self.seen: set[int] = set()
         self.reason: Literal["stop", "length"] | None = None
         self.usage: _Usage | None = None
+        self.engine_ms: float | None = None
         self.pieces = 0
 
     def feed(self, data: str) -> list[Delta]:
@@ -130,6 +132,8 @@ class _StreamReader:
             raise mid_stream_error(msgspec.json.encode({"error": chunk.error}))
         if chunk.usage is not None:
             self.usage = chunk.usage
+        if chunk.timings is not None:
+            self.engine_ms = engine_ms(chunk.timings)
         out: list[Delta] = []
         for choice in chunk.choices or ():
             if choice.delta is not None:
@@ -192,6 +196,7 @@ class _StreamReader:
             output_tokens=usage.completion_tokens if usage is not None else self.pieces,
             cached_tokens=(details.cached_tokens or 0) if details is not None else 0,
             prompt_tokens=usage.prompt_tokens if usage is not None else None,
+            engine_ms=self.engine_ms,
         )
         return [*self._close(), finished]
 

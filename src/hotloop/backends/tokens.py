@@ -26,7 +26,7 @@ import msgspec
 from hotloop.backends.base import BackendError, Delta, Finished, GenerationRequest
 from hotloop.backends.llama import output_schema
 from hotloop.backends.tool_parsers import ToolParser, make_parser
-from hotloop.backends.upstream import Retryable, UpstreamBackend, mid_stream_error
+from hotloop.backends.upstream import Retryable, UpstreamBackend, engine_ms, mid_stream_error
 from hotloop.config import Upstream
 from hotloop.pipeline.render import ChatFormat
 
@@ -101,6 +101,7 @@ class _Reader:
         self.prompt_tokens = prompt_tokens
         self.cached_tokens = 0
         self.output_tokens: int | None = None
+        self.engine_ms: float | None = None
         self.pieces = 0
 
     def feed(self, data: str) -> list[Delta]:
@@ -132,6 +133,7 @@ class _Reader:
             output_tokens=self.output_tokens if self.output_tokens is not None else self.pieces,
             cached_tokens=min(self.cached_tokens, self.prompt_tokens),
             prompt_tokens=self.prompt_tokens,
+            engine_ms=self.engine_ms,
         )
         return [*self.parser.finish(), finished]
 
@@ -199,6 +201,7 @@ class _LlamaCppReader(_Reader):
             self.prompt_tokens = _int(chunk.get("tokens_evaluated")) or self.prompt_tokens
             self.output_tokens = _int(chunk.get("tokens_predicted"))
             timings = chunk.get("timings")
+            self.engine_ms = engine_ms(timings)
             cached = _int(timings.get("cache_n")) if isinstance(timings, dict) else None
             self.cached_tokens = cached if cached is not None else _int(chunk.get("tokens_cached")) or 0
         content = chunk.get("content")

@@ -228,6 +228,19 @@ async def status_error(url: str, response: httpx.Response) -> Exception:
     return Retryable(error) if status in RETRYABLE_STATUS else error
 
 
+def engine_ms(timings: Any) -> float | None:
+    """The engine's own milliseconds from llama.cpp's `timings` (in /completion and in chat completions)."""
+    if not isinstance(timings, dict):
+        return None
+    total = 0.0
+    for key in ("prompt_ms", "predicted_ms"):
+        part = timings.get(key)
+        if not isinstance(part, int | float) or isinstance(part, bool):
+            return None
+        total += part
+    return total
+
+
 def mid_stream_error(raw: bytes) -> Retryable:
     """An error the engine sent in its stream (an error chunk, llama.cpp's `error:` line)."""
     return Retryable(BackendError(f"The upstream engine failed mid-stream: {error_message(raw)}"))

@@ -43,7 +43,8 @@ class TurnRecord:
     output_tokens: int
     ttft_ms: float | None  # request handed to the socket → first output delta
     turn_ms: float  # request handed to the socket → terminal event
-    model_ms: float  # the simulator's own time: ttft + (output_tokens - 1) / tps
+    # The model's time: the engine's own when it reports one (llama.cpp's server), else the modelled ttft + decode.
+    model_ms: float
     overhead_ms: float  # turn_ms - model_ms: everything that is not model time
     tool_ms: float  # measured time of the tool that answered this turn's call (0 on the last turn)
     timings: dict[str, Any] | None = None  # the server's `hotloop:timing_metrics` event, as sent
@@ -108,6 +109,9 @@ async def run_rollout(
             raise BenchError(f"{client.mode} turn {turn}: response {result.response_id} is {result.status}")
         calls = [item for item in result.output if item.get("type") == "function_call"]
         own = turn_model_ms(config, result.input_tokens, result.cached_tokens, result.output_tokens)
+        engine = (result.timings or {}).get("engine")
+        if isinstance(engine, int | float):  # the engine reported its own time: the real model time, not a model
+            own = float(engine)
         entry = TurnRecord(
             turn=turn,
             context_tokens=result.input_tokens,

@@ -104,7 +104,9 @@ def agent_loop_table(result: dict[str, Any]) -> str:
             ]
         )
     ratios = "\n".join(f"  {name}: {_fmt(value, 3)}" for name, value in result["ratios"].items())
-    model = "(uncached input x prefill + (output_tokens-1)/tps)" if upstream else "(ttft + (output_tokens-1)/tps)"
+    model = "(ttft + (output_tokens-1)/tps)"
+    if upstream:
+        model = "(the engine's own time where it reports one, else uncached input x prefill + (output_tokens-1)/tps)"
     legend = f"overhead = turn time seen by the client - model time {model}; first/last: at the first/last turn"
     text = f"{head}\n{_table(header, rows)}\n{legend}\nratios (medians):\n{ratios}"
     return text + ("\n" + cached_table(result) if upstream else "")

@@ -143,6 +143,8 @@ class Turn:
                             timings.add("ttft", timings.since("inference"))
                             first = False
                         if isinstance(delta, Finished):
+                            if delta.engine_ms is not None:  # the engine's own time, as it reported it
+                                timings.add("engine", delta.engine_ms / 1000)
                             prompt = prompt_tokens if delta.prompt_tokens is None else delta.prompt_tokens
                             usage = Usage.of(prompt, delta.cached_tokens, delta.output_tokens)
                             reason = "max_output_tokens" if delta.reason == "length" else None

@@ -3,6 +3,7 @@ far as a client reads them). Generated text carries tool calls as `<tool_call>` 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from hotloop.backends.base import Delta, Finished
@@ -67,11 +68,14 @@ class LlamaCppChunks:
         self.error_field = b"error"  # llama.cpp's server: `error: {…}`
         self._text = HermesText()
         self.text: list[str] = []
+        self.started = time.perf_counter()  # the engine's clock, as llama.cpp's `timings` measure it
+        self.first: float | None = None
 
     def start(self) -> dict[str, Any] | None:
         return None
 
     def chunk(self, delta: Delta) -> dict[str, Any] | None:
+        self.first = self.first or time.perf_counter()
         text = self._text(delta)
         return {"index": 0, "content": text, "stop": False, "id_slot": self.id_slot} if text else None
 
@@ -80,6 +84,8 @@ class LlamaCppChunks:
 
     def _final(self, content: str, finished: Finished) -> dict[str, Any]:
         prompt = finished.prompt_tokens or 0
+        now = time.perf_counter()
+        first = self.first or now
         return {
             "index": 0,
             "content": content,
@@ -94,6 +100,8 @@ class LlamaCppChunks:
                 "cache_n": finished.cached_tokens,
                 "prompt_n": prompt - finished.cached_tokens,
                 "predicted_n": finished.output_tokens,
+                "prompt_ms": (first - self.started) * 1000,  # up to the first token
+                "predicted_ms": (now - first) * 1000,
             },
         }
 
