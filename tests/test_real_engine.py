@@ -123,4 +123,3 @@ def test_a_client_that_hangs_up_stops_the_engine(hotloop: RunningServer, engine:
         )
     assert answer.status_code == 200
     assert time.monotonic() - hung_up < 1.5, "the engine went on generating for the departed client"
-
