@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from conftest import RunningServer, start_server, stored_counts
 from http_support import FINISHED, wait_status
@@ -71,8 +72,10 @@ def test_frame_over_the_limit_closes_1009(limited: RunningServer) -> None:
 def test_queue_over_the_cap_closes_1008(limited: RunningServer) -> None:
     before = stored_counts(limited)
     with WS(limited.ws_url) as ws:
-        for n in range(5):
-            ws.create(input=f"q{n}", metadata=SLOW, store=False)
+        # The server may close before the last creates go out (a busy machine): sending then fails, the code stays.
+        with contextlib.suppress(ConnectionClosed):
+            for n in range(5):
+                ws.create(input=f"q{n}", metadata=SLOW, store=False)
         assert ws.closed_with() == 1008
     assert stored_counts(limited) == before
 
