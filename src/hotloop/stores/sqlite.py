@@ -8,6 +8,7 @@ deletions from a small `deletions` table each one polls.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import queue
@@ -92,11 +93,11 @@ SELECT c.depth, c.parent, i.type, i.body FROM chain c LEFT JOIN items i ON i.res
 ORDER BY c.depth DESC, i.kind, i.position
 """
 DELETION_POLL_S = 0.5
+DELETIONS_KEPT_S = 300.0  # a process that polls less often than this misses deletions (it never does)
 WRITE_BATCH = 256  # writes committed together at most (the queue's backlog under load)
 # A write: its work on the writer's connection, and where its result goes (the awaiting loop and future).
 _Job = tuple[Callable[[sqlite3.Connection], Any], tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]"]]
 _Outcome = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Any, BaseException | None]
-DELETIONS_KEPT_S = 300.0  # a process that polls less often than this misses deletions (it never does)
 
 
 def _item_rows(response_id: str, kind: int, rows: list[ItemRow]) -> list[tuple[Any, ...]]:
@@ -418,7 +419,8 @@ def _run_batch(conn: sqlite3.Connection, batch: list[_Job]) -> list[_Outcome] | 
         conn.execute("COMMIT")
     except BaseException as exc:  # handed to the awaiting coroutine
         if conn.in_transaction:
-            conn.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # the writer thread must outlive a failed rollback too
+                conn.execute("ROLLBACK")
         if len(batch) > 1:
             return None
         return [(*batch[0][1], None, _unavailable(exc))]
