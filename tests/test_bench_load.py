@@ -11,6 +11,7 @@ import pytest
 from conftest import start_server
 from hotloop.bench.load import LoadConfig, Session, largest_under, summarize
 from hotloop.cli import main
+from simengine_support import SimEngineProcess
 
 TINY = ["--turns", "3", "--tps", "5000", "--ttft-ms", "2", "--tool-ms", "5", "--context-tokens", "2000"]
 
@@ -36,6 +37,28 @@ def test_against_its_own_server_process(tmp_path: Path, capsys: pytest.CaptureFi
     assert result["largest_connections_under_target"] in (None, 4)
     table = capsys.readouterr().out
     assert "overhead p50/p99 ms" in table and "largest connection count" in table
+
+
+def test_in_front_of_an_upstream_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--upstream: the server process serves a real `hotloop sim-engine` process as its one model; the engine
+    reports its own time per request (llama.cpp's `timings`), so the overhead is the turn less that time."""
+    engine = SimEngineProcess(tps=5000, prefill_us_per_token=2, tool_calls=100).wait_ready()
+    try:
+        out = tmp_path / "load.json"
+        argv = ["bench", "load", "--connections", "3", *TINY, "--ramp-s", "0.05", "--quiet", "--json", str(out)]
+        argv += ["--upstream", f"http://127.0.0.1:{engine.port}", "--dialect", "llamacpp"]
+        assert main(argv) == 0
+        stats = engine.stats()
+    finally:
+        engine.stop()
+    result = json.loads(out.read_text())
+    [run] = result["runs"]
+    assert run["errors"] == 0 and run["turns"] == 9
+    assert stats["requests"] >= 9 + 3  # every turn (and the warm-up session's) reached the engine
+    assert 0 < run["overhead_ms"]["p50"] <= run["overhead_ms"]["p99"]
+    assert result["config"]["upstream"]["upstream"] == f"http://127.0.0.1:{engine.port}"
+    assert "hotloop in front of http://127.0.0.1:" in capsys.readouterr().out
+    assert main(["bench", "load", "--upstream", "http://x", "--base-url", "http://y/v1", "--quiet"]) == 1
 
 
 def test_sweep_against_a_running_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

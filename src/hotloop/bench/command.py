@@ -8,7 +8,10 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import msgspec
+
 from hotloop.bench.clients import MODES, BenchError
+from hotloop.config import Upstream
 
 Formatter = argparse.ArgumentDefaultsHelpFormatter
 
@@ -227,6 +230,7 @@ def _load_parser(scenarios: argparse._SubParsersAction[argparse.ArgumentParser])
     load.add_argument("--server-pid", type=int, metavar="PID", help="with --base-url: measure this process's CPU")
     load.add_argument("--api-key", metavar="KEY", help="bearer key for --base-url, if the server wants one")
     load.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _upstream_arguments(load)
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -294,12 +298,21 @@ def _run_load(args: argparse.Namespace, progress: Any) -> dict[str, Any]:
             ramp_s=args.ramp_s,
             rollouts=args.rollouts,
             store=args.store,
+            upstream=_upstream_config(args),
         )
         if args.base_url:
+            if args.upstream:
+                raise BenchError("--upstream starts its own hotloop: not with --base-url")
             runs.append(_run(run_load(args.base_url, config, args.api_key, progress, args.server_pid)))
             continue
         settings: dict[str, Any] = {"workers": args.workers, "max_connections_per_key": count + 16}
         settings["max_connections"] = count + 16
+        upstream = _upstream(args)
+        if upstream is not None:  # hotloop serves the engine as its one model
+            from hotloop.bench.server import UPSTREAM_MODEL
+
+            settings.update(models=UPSTREAM_MODEL, default_model=UPSTREAM_MODEL)
+            settings["upstreams"] = msgspec.json.encode({UPSTREAM_MODEL: upstream}).decode()
         if args.store_url:
             settings["store_url"] = args.store_url
         with ServerProcess(**settings) as server:
@@ -332,16 +345,19 @@ def _with_server(
             raise BenchError("--upstream starts its own hotloop: not with --base-url")
         return _run(scenario(args.base_url))
     from hotloop.bench.server import InProcessServer
-    from hotloop.config import Upstream
 
-    upstream = None
-    if upstream_url:
-        extra = {"upstream_model": args.upstream_model} if args.upstream_model else {}
-        if args.tokenizer:
-            extra["tokenizer"] = args.tokenizer
-        upstream = Upstream(backend=args.upstream_backend, url=upstream_url, dialect=args.dialect, retries=0, **extra)
-    with InProcessServer(upstream=upstream) as server:
+    with InProcessServer(upstream=_upstream(args)) as server:
         return _run(scenario(server.base_url))
+
+
+def _upstream(args: argparse.Namespace) -> Upstream | None:
+    """The `[upstreams.upstream]` table of --upstream and its options; None without --upstream."""
+    if not getattr(args, "upstream", None):
+        return None
+    extra = {"upstream_model": args.upstream_model} if args.upstream_model else {}
+    if args.tokenizer:
+        extra["tokenizer"] = args.tokenizer
+    return Upstream(backend=args.upstream_backend, url=args.upstream, dialect=args.dialect, retries=0, **extra)
 
 
 def _run(job: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:

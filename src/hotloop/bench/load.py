@@ -37,6 +37,8 @@ class LoadConfig:
     rollouts: int = 1  # rollouts per connection, one after another (more turns for the percentiles)
     store: bool = False
     turn_timeout_s: float = 60.0
+    # --upstream: the agent-loop fields that put an upstream engine in hotloop-sim's place (model, upstream, ...).
+    upstream: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -57,6 +59,7 @@ def _loop_config(config: LoadConfig) -> AgentLoopConfig:
         tool_ms=config.tool_ms,
         ttft_ms=config.ttft_ms,
         modes=("ws",),
+        **config.upstream,
     )
 
 
@@ -115,7 +118,7 @@ async def run_load(
     from hotloop.bench.server_process import ResourceMonitor
 
     progress = progress or Progress(enabled=False)
-    cpt = await chars_per_token(base_url, api_key)
+    cpt = await chars_per_token(base_url, api_key, _loop_config(config).model)
     rollout = Rollout(turns=config.turns, context_tokens=config.context_tokens, chars_per_token=cpt)
     warm = await _session(0, base_url, replace(config, rollouts=1), rollout, api_key, 0.0)
     if warm.error:

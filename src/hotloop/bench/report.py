@@ -146,10 +146,11 @@ def overhead_table(result: dict[str, Any]) -> str:
 
 def load_table(result: dict[str, Any]) -> str:
     config = result["config"]
+    upstream = (config.get("upstream") or {}).get("upstream")
+    model = f"hotloop in front of {upstream}" if upstream else f"{config['tps']:g} tok/s, ttft {config['ttft_ms']:g} ms"
     head = (
         f"load: WebSocket agent sessions, {config['rollouts']} x {config['turns']} turns each, context to "
-        f"~{config['context_tokens']} "
-        f"tokens, {config['tps']:g} tok/s, ttft {config['ttft_ms']:g} ms, tool {config['tool_ms']:g} ms, "
+        f"~{config['context_tokens']} tokens, {model}, tool {config['tool_ms']:g} ms, "
         f"store {str(config['store']).lower()}, {config['workers']} server worker(s)"
     )
     header = ["connections", "turns", "errors", "overhead p50/p99 ms", "server p50/p99 ms", "connect p50/p99 ms"]
