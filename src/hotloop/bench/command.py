@@ -205,7 +205,8 @@ def _load_parser(scenarios: argparse._SubParsersAction[argparse.ArgumentParser])
         "CPU time and peak memory are measured. Reports p50/p99 overhead per turn (turn time seen by the client "
         "- model time) and the server's own share (pre_inference + post_inference), throughput and errors. "
         "--sweep runs several connection counts, each against a fresh server, and names the largest with no "
-        "errors and p99 overhead under --p99-target-ms. Exits 1 if any session failed.",
+        "errors and p99 overhead under --p99-target-ms. With --upstream, the server serves that engine instead of "
+        "hotloop-sim. Exits 1 if any session failed.",
         formatter_class=Formatter,
     )
     load.add_argument("--connections", type=_positive(int), default=200, help="concurrent WebSocket sessions")
