@@ -39,7 +39,8 @@ class LlamaCppServer:
         # One request at a time, a new one waiting for the last instead of interrupting it (its default): a request
         # that is still generating then shows as a wait.
         command += ["--interrupt_requests", "false"]
-        self.process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)
+        self._out = log.open("w")
+        self.process = subprocess.Popen(command, stdout=self._out, stderr=subprocess.STDOUT, text=True)
         wait_healthy("llama_cpp.server", f"{self.url}/models", self.process, self.output, timeout=120)
 
     @property
@@ -55,6 +56,7 @@ class LlamaCppServer:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+        self._out.close()
 
 
 @pytest.fixture(scope="module")
