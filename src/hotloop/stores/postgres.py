@@ -31,7 +31,6 @@ from hotloop.stores.retention import (
     GapHandler,
     Retention,
     retry_forever,
-    sweep_forever,
 )
 from hotloop.wire.items import ContextItem
 from hotloop.wire.response import Response, response_decoder
@@ -114,10 +113,8 @@ class PostgresStore(PostgresConversations):
         await self.health.ensure()
 
     def start(self, on_deleted: DeletionHandler, on_gap: GapHandler) -> None:
-        if self.retention.active:
-            self._background.spawn(sweep_forever(self, self.retention), "hotloop-retention")
         feed = retry_forever("postgresql", lambda subscribed: self._listen(on_deleted, subscribed), on_gap)
-        self._background.spawn(feed, "hotloop-deletions")
+        self._background.start(self, self.retention, feed)
 
     async def _listen(self, on_deleted: DeletionHandler, subscribed: Callable[[], None]) -> None:
         await self._connected()  # the schema exists before anything is deleted

@@ -30,7 +30,6 @@ from hotloop.stores.retention import (
     GapHandler,
     Retention,
     retry_forever,
-    sweep_forever,
 )
 from hotloop.wire.items import ContextItem
 from hotloop.wire.response import Response, response_decoder
@@ -90,10 +89,8 @@ class RedisStore(RedisConversations):
         await self.health.ensure()
 
     def start(self, on_deleted: DeletionHandler, on_gap: GapHandler) -> None:
-        if self.retention.active:
-            self._background.spawn(sweep_forever(self, self.retention), "hotloop-retention")
         feed = retry_forever("redis", lambda subscribed: self._listen(on_deleted, subscribed), on_gap)
-        self._background.spawn(feed, "hotloop-deletions")
+        self._background.start(self, self.retention, feed)
 
     async def _listen(self, on_deleted: DeletionHandler, subscribed: Callable[[], None]) -> None:
         # Subscribe confirmations are kept: one arrives when the subscription is active, and again each time

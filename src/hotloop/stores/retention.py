@@ -120,6 +120,12 @@ class Background:
         self._tasks.append(asyncio.ensure_future(coro))
         self._tasks[-1].set_name(name)
 
+    def start(self, store: Sweepable, retention: Retention, feed: Awaitable[None]) -> None:
+        """A store's `start`: the sweeper when retention is on, and its deletion feed."""
+        if retention.active:
+            self.spawn(sweep_forever(store, retention), "hotloop-retention")
+        self.spawn(feed, "hotloop-deletions")
+
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()

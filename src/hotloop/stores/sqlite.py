@@ -23,7 +23,7 @@ from hotloop.errors import StoreUnavailable
 from hotloop.metering.records import UsageRecord, UsageTotals
 from hotloop.stores.base import Chain, ItemPage, UsagePage
 from hotloop.stores.codec import ItemRow, chain_from_rows, decode_item, encode, encode_response, usage_record
-from hotloop.stores.retention import Background, DeletionHandler, GapHandler, Retention, sweep_forever
+from hotloop.stores.retention import Background, DeletionHandler, GapHandler, Retention
 from hotloop.stores.sqlite_conversations import CONVERSATION_SCHEMA, SQLiteConversations
 from hotloop.wire.items import ContextItem
 from hotloop.wire.response import Response, response_decoder
@@ -200,9 +200,7 @@ class SQLiteStore(SQLiteConversations):
 
     def start(self, on_deleted: DeletionHandler, on_gap: GapHandler) -> None:
         # never calls on_gap: the deletions table is read by sequence number, so no deletion is missed
-        if self.retention.active:
-            self._background.spawn(sweep_forever(self, self.retention), "hotloop-retention")
-        self._background.spawn(self._poll_deletions(on_deleted), "hotloop-deletions")
+        self._background.start(self, self.retention, self._poll_deletions(on_deleted))
 
     async def _poll_deletions(self, on_deleted: DeletionHandler) -> None:
         def latest(conn: sqlite3.Connection) -> int:
