@@ -1,4 +1,5 @@
-"""The Rust BPE rebuilt from the GGUF (backends/bpe.py) gives exactly llama.cpp's token ids."""
+"""The Rust BPE rebuilt from the GGUF (backends/bpe.py) gives exactly llama.cpp's token ids, run by fastokens (the
+served engine) and by Hugging Face tokenizers (the fallback): every proof below runs against both."""
 
 from __future__ import annotations
 
@@ -9,23 +10,40 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hotloop.backends.bpe import PARALLEL_CHARS, PARALLEL_PARTS, BPETokenizer, load_bpe, split_at_lines
+from hotloop.backends.bpe import BPETokenizer, load_bpe
 from hotloop.backends.gguf import GGUFTokenizer, load_llama, smollm2_chat_format, smollm2_path
+from hotloop.backends.rust_tokenizer import LONG_TEXT
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def pair() -> tuple[BPETokenizer, GGUFTokenizer]:
-    bpe = load_bpe(smollm2_path())
+def reference() -> GGUFTokenizer:
+    return GGUFTokenizer(load_llama(vocab_only=True, n_threads=1, n_ctx=256, n_batch=256))
+
+
+@pytest.fixture(scope="module", params=["fastokens", "tokenizers"])
+def pair(request: pytest.FixtureRequest, reference: GGUFTokenizer) -> tuple[BPETokenizer, GGUFTokenizer]:
+    bpe = load_bpe(smollm2_path(), prefer_fast=request.param == "fastokens")
     assert bpe is not None
-    vocab = load_llama(vocab_only=True, n_threads=1, n_ctx=256, n_batch=256)
-    reference = GGUFTokenizer(vocab)
+    assert bpe.engine == request.param
     return BPETokenizer(bpe, reference), reference
 
 
-def test_the_served_chat_format_uses_the_rust_tokenizer() -> None:
-    assert isinstance(smollm2_chat_format().tokenizer, BPETokenizer)
+def test_the_served_chat_format_uses_fastokens() -> None:
+    tokenizer = smollm2_chat_format().tokenizer
+    assert isinstance(tokenizer, BPETokenizer)
+    assert tokenizer._tokenizer.engine == "fastokens"
+
+
+def test_max_token_chars_bounds_every_token(reference: GGUFTokenizer) -> None:
+    """The cheap lower bound on a text's tokens (characters / max_token_chars) holds for every single token."""
+    bpe = load_bpe(smollm2_path())
+    assert bpe is not None and bpe.max_token_chars > 0
+    longest = max(len(reference.decode([token])) for token in range(49152))
+    assert longest <= bpe.max_token_chars
+    for text in ["\n" + " " * 200, "#" * 500, "a" * 10_000, "<|im_start|>" * 50]:
+        assert len(bpe.encode(text)) >= len(text) / bpe.max_token_chars
 
 
 def test_same_ids_as_llama_cpp_on_real_files(pair: tuple[BPETokenizer, GGUFTokenizer]) -> None:
@@ -50,7 +68,7 @@ def test_rare_scripts_go_to_llama_cpp(pair: tuple[BPETokenizer, GGUFTokenizer]) 
     """Seen with hypothesis: the two disagree on some astral code points; those texts are tokenized by llama.cpp."""
     fast, reference = pair
     text = "\U0001da43\U0007d000"
-    assert fast._tokenizer.encode(text, add_special_tokens=False).ids != reference.encode(text)
+    assert fast._tokenizer.encode(text) != reference.encode(text)
     assert fast.encode(text) == reference.encode(text)
 
 
@@ -59,7 +77,7 @@ def test_tokenless_control_characters_go_to_llama_cpp(pair: tuple[BPETokenizer, 
     """Seen with hypothesis: llama.cpp splits words at these (then drops them), the Rust side merges across."""
     fast, reference = pair
     text = f"={control}."
-    assert fast._tokenizer.encode(text, add_special_tokens=False).ids != reference.encode(text)
+    assert fast._tokenizer.encode(text) != reference.encode(text)
     assert fast.encode(text) == reference.encode(text)
 
 
@@ -86,11 +104,9 @@ LINES = st.lists(st.text(ALPHABET, max_size=30) | PIECES | st.sampled_from(["", 
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(LINES.map("\n".join), min_size=1, max_size=4).map("\n".join))
-def test_long_texts_tokenized_in_parallel_parts_match(pair: Any, text: str) -> None:
-    """Texts over PARALLEL_CHARS are cut at newlines between two non-space characters and encoded as a batch."""
+def test_same_ids_as_llama_cpp_on_long_texts(pair: Any, text: str) -> None:
+    """Long texts (a big tool output) take the path that releases the GIL in both engines."""
     fast, reference = pair
-    text = (text + "\n") * (1 + PARALLEL_CHARS // max(1, len(text) + 1))
-    assert len(text) >= PARALLEL_CHARS
-    parts = split_at_lines(text, PARALLEL_PARTS)
-    assert "".join(parts) == text
+    text = (text + "\n") * (1 + LONG_TEXT // max(1, len(text) + 1))
+    assert len(text) >= LONG_TEXT
     assert fast.encode(text) == reference.encode(text)

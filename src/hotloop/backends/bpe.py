@@ -1,16 +1,16 @@
-"""SmolLM2's byte-level BPE tokenizer rebuilt from the GGUF's own vocabulary and merges, run by Hugging Face
-`tokenizers` (Rust).
+"""SmolLM2's byte-level BPE tokenizer rebuilt from the GGUF's own vocabulary and merges, run in Rust.
 
 It gives exactly llama.cpp's token ids for the `smollm` pre-tokenizer (digits one by one, then the GPT-2 split;
 tests/test_tokenizer.py checks this on random text) at several times its speed, which matters because tokenizing
-a turn's new input is the largest per-turn cost left once rendering is incremental. The built tokenizer is cached
-as JSON beside the user's cache, keyed by the GGUF file's size and modification time: reading 49k tokens and
-merges out of the GGUF takes seconds, loading the JSON a fraction of one.
+a turn's new input is the largest per-turn cost left once rendering is incremental. Hugging Face `tokenizers`
+builds it; `fastokens` (backends/rust_tokenizer.py) runs it where it is installed: 4-9x faster on one core, and
+its encode releases the GIL, so a long text tokenized on a worker thread leaves the event loop free. The built
+tokenizer is cached as JSON beside the user's cache, keyed by the GGUF file's size and modification time: reading
+49k tokens and merges out of the GGUF takes seconds, loading the JSON a fraction of one.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import re
 from pathlib import Path
@@ -19,6 +19,7 @@ from typing import Any
 import platformdirs
 
 from hotloop.backends.base import Tokenizer
+from hotloop.backends.rust_tokenizer import RustTokenizer
 
 log = logging.getLogger("hotloop.tokenizer")
 # llama.cpp token types that are control tokens, matched before the BPE (`special=True` in llama.cpp).
@@ -59,23 +60,22 @@ def _build(gguf: Path) -> Any:
     return tokenizer
 
 
-def load_bpe(gguf: Path) -> Any | None:
-    """The `tokenizers.Tokenizer` for this GGUF, or None when it cannot be built (then llama.cpp tokenizes)."""
-    from tokenizers import Tokenizer
-
+def load_bpe(gguf: Path, *, prefer_fast: bool = True) -> RustTokenizer | None:
+    """The Rust tokenizer for this GGUF, or None when it cannot be built (then llama.cpp tokenizes)."""
     path = _cache_path(gguf)
     try:
-        return Tokenizer.from_file(str(path))
+        return RustTokenizer.from_file(path, prefer_fast=prefer_fast)
     except Exception:  # no cache yet (or a stale, unreadable one): build it
         pass
     try:
-        tokenizer = _build(gguf)
+        config = _build(gguf).to_str()
+        tokenizer = RustTokenizer(config, prefer_fast=prefer_fast, name=str(gguf))
     except Exception:
         log.warning("could not rebuild the GGUF tokenizer; llama.cpp tokenizes instead", exc_info=True)
         return None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tokenizer.save(str(path))
+        path.write_text(config, encoding="utf-8")
     except OSError:
         log.info("could not cache the tokenizer at %s", path)
     return tokenizer
@@ -86,49 +86,30 @@ def load_bpe(gguf: Path) -> Any | None:
 # So do six C0 control characters that have no token: llama.cpp splits words at them before dropping them, the
 # Rust side merges across (`=\x06.` is two tokens there, one here); an exhaustive scan of the BMP finds no other.
 _RARE = re.compile("[\x04\x06\x13\x14\x16\x1d\U00010000-\U0001efff\U0001fb00-\U0010ffff]")
+# The search for them runs in slices of this many characters: one regex call holds the GIL throughout, and a long
+# text is tokenized on a worker thread so that the event loop can run meanwhile (pipeline/tokens.py).
+_RARE_SLICE = 1 << 17
 
 
-# Long texts (a big tool output) are cut into this many parts, tokenized in parallel on the Rust side.
-PARALLEL_CHARS = 2048
-PARALLEL_PARTS = 4
-
-
-def split_at_lines(text: str, parts: int) -> list[str]:
-    """Cut `text` after newlines that sit between two non-space characters, near equal sizes.
-
-    The pre-tokenizer always splits on both sides of such a newline (GPT-2's `\\s+` alternatives take it alone,
-    digits and control tokens never span it), so tokenizing the parts gives exactly the ids of the whole.
-    """
-    cuts: list[int] = []
-    step = len(text) // parts
-    for target in range(step, len(text) - step // 2, step):
-        at = text.find("\n", max(target, cuts[-1] if cuts else 0))
-        while 0 < at < len(text) - 1 and (text[at - 1].isspace() or text[at + 1].isspace()):
-            at = text.find("\n", at + 1)
-        if at <= 0 or at >= len(text) - 1:
-            break
-        cuts.append(at + 1)
-    bounds = [0, *cuts, len(text)]
-    return [text[start:end] for start, end in itertools.pairwise(bounds) if end > start]
+def _has_rare(text: str) -> bool:
+    if len(text) <= _RARE_SLICE:
+        return _RARE.search(text) is not None
+    return any(_RARE.search(text, start, start + _RARE_SLICE) for start in range(0, len(text), _RARE_SLICE))
 
 
 class BPETokenizer:
-    """The `Tokenizer` interface over a `tokenizers.Tokenizer` (special tokens recognised, no BOS added), with the
+    """The `Tokenizer` interface over the Rust tokenizer (special tokens recognised, no BOS added), with the
     llama.cpp tokenizer for the rare text where the two could differ."""
 
-    def __init__(self, tokenizer: Any, reference: Tokenizer) -> None:
+    def __init__(self, tokenizer: RustTokenizer, reference: Tokenizer) -> None:
         self._tokenizer = tokenizer
         self._reference = reference
+        self.max_token_chars = tokenizer.max_token_chars
 
     def encode(self, text: str) -> list[int]:
-        if _RARE.search(text):
+        if _has_rare(text):
             return self._reference.encode(text)
-        if len(text) < PARALLEL_CHARS:
-            ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids
-            return ids
-        encodings = self._tokenizer.encode_batch(split_at_lines(text, PARALLEL_PARTS), add_special_tokens=False)
-        return [token for encoding in encodings for token in encoding.ids]
+        return self._tokenizer.encode(text)
 
     def decode(self, tokens: list[int]) -> str:
-        text: str = self._tokenizer.decode(tokens, skip_special_tokens=False)
-        return text
+        return self._tokenizer.decode(tokens)

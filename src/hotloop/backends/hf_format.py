@@ -12,25 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from hotloop.backends.base import Tokenizer
+from hotloop.backends.rust_tokenizer import RustTokenizer
 from hotloop.config import Upstream
 from hotloop.pipeline.render import ChatFormat
-
-
-class HFTokenizer:
-    """A `tokenizers.Tokenizer` as hotloop's `Tokenizer`: special tokens in text are matched, none are added."""
-
-    def __init__(self, path: Path) -> None:
-        from tokenizers import Tokenizer as Rust
-
-        self._tokenizer = Rust.from_file(str(path))
-
-    def encode(self, text: str) -> list[int]:
-        ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids
-        return ids
-
-    def decode(self, tokens: list[int]) -> str:
-        text: str = self._tokenizer.decode(tokens, skip_special_tokens=False)
-        return text
 
 
 def load_chat_format(name: str, upstream: Upstream) -> ChatFormat:
@@ -48,7 +32,7 @@ def load_chat_format(name: str, upstream: Upstream) -> ChatFormat:
         raise ValueError(f"upstreams.{name}.tokenizer: no tokenizer.json at {file}")
     config = _read_json(folder / "tokenizer_config.json")
     template = _template(name, upstream, folder, config)
-    tokenizer: Tokenizer = HFTokenizer(file)
+    tokenizer: Tokenizer = RustTokenizer.from_file(file)
     return ChatFormat(template, tokenizer, bos_token=_token(config, "bos_token"), eos_token=_token(config, "eos_token"))
 
 
