@@ -4,6 +4,7 @@ result is always exactly the full render."""
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from conftest import RunningServer
 from hotloop.backends.gguf import smollm2_chat_format
 from hotloop.pipeline import prepare as turn_module
 from hotloop.pipeline.render import ChatFormat, chat_messages, item_messages, system_message
-from hotloop.pipeline.tokens import PromptRenderer, TokenCache, probe_incremental
+from hotloop.pipeline.tokens import INLINE, Encoder, PromptRenderer, TokenCache, probe_incremental, run_inline
 from hotloop.wire.items import ContextItem
 from test_render import TOOLS, conversations
 from wsutil import WS, final
@@ -38,18 +39,18 @@ def test_chain_of_extends_equals_full_render_every_turn(
     instructions = data.draw(st.none() | st.text(max_size=20))
     tools = data.draw(st.sampled_from([(), tuple(TOOLS)]))
     system = system_message(instructions, tools)
-    renderer = PromptRenderer(TokenCache(1 << 20))
+    renderer = PromptRenderer(TokenCache(1 << 20), encoder=INLINE)
     bounds = [0, *cuts, len(items)]
     state = None
     for start, end in itertools.pairwise(bounds):
         if state is None:
-            prompt, state = renderer.full(chat, system, item_messages(items[:end])[1])
+            prompt, state = run_inline(renderer.full(chat, system, item_messages(items[:end])[1]))
         else:
             replaced, messages = item_messages(items[start:end], after=state.last)
-            result = renderer.extend(chat, state, replaced, messages)
+            result = run_inline(renderer.extend(chat, state, replaced, messages))
             if result is None:  # an assistant item merging into the conversation's first message
                 assert state.last is state.base
-                prompt, state = renderer.full(chat, system, item_messages(items[:end])[1])
+                prompt, state = run_inline(renderer.full(chat, system, item_messages(items[:end])[1]))
             else:
                 prompt, state = result
         assert state is not None
@@ -59,16 +60,17 @@ def test_chain_of_extends_equals_full_render_every_turn(
 
 def test_token_cache_serves_resent_history_and_is_bounded(chat: ChatFormat) -> None:
     history = [{"role": "user", "content": f"message {i} " + "word " * 50} for i in range(20)]
-    renderer = PromptRenderer(TokenCache(1 << 20))
-    first, _ = renderer.full(chat, None, history)
-    assert renderer.stats.cache_misses == 19 and renderer.stats.cache_hits == 0  # the first message is the base
-    again, _ = renderer.full(chat, None, [*history, {"role": "user", "content": "new"}])
-    assert renderer.stats.cache_hits == 19 and renderer.stats.cache_misses == 20
+    renderer = PromptRenderer(TokenCache(1 << 20), encoder=INLINE)
+    first, _ = run_inline(renderer.full(chat, None, history))
+    assert renderer.stats.cache_misses == 20 and renderer.stats.cache_hits == 0
+    again, _ = run_inline(renderer.full(chat, None, [*history, {"role": "user", "content": "new"}]))
+    # Every message of the resent history comes from the cache, the first one (rendered alone) included.
+    assert renderer.stats.cache_hits == 20 and renderer.stats.cache_misses == 21
     assert first.tolist() == chat.tokens(history) and again[: len(first) - 4] == first[:-4]
     small = TokenCache(2_000)
-    bounded = PromptRenderer(small)
-    bounded.full(chat, None, history)
-    assert small.bytes <= 2_000 and 0 < len(small) < 19  # LRU eviction keeps it under its byte bound
+    bounded = PromptRenderer(small, encoder=INLINE)
+    run_inline(bounded.full(chat, None, history))
+    assert small.bytes <= 2_000 and 0 < len(small) < 20  # LRU eviction keeps it under its byte bound
 
 
 class WorkCounter:
@@ -172,5 +174,47 @@ def test_http_full_resend_reuses_tokens_of_identical_items(
         history.append({"role": "user", "content": "one more"})
         reply = http.post("/responses", json={"input": history, "store": False})
         assert reply.status_code == 200
-    # The first message (the render base) and the new one are encoded again; the other nine come from the cache.
-    assert counter.chars < 2 * len(BIG) + 500, counter.chars
+    # Only the new message is encoded: the other ten, the first one (the render base) included, come from the cache.
+    assert counter.chars < 200, counter.chars
+
+
+def test_a_prompt_that_cannot_fit_is_refused_before_it_is_tokenized(
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """smollm2-135m's window here is 2048 tokens: 300k characters cannot fit whatever they are, and nothing of them
+    reaches the tokenizer (its encode would otherwise take seconds for megabytes)."""
+    counter = WorkCounter(server, monkeypatch)
+    with server.http() as http:
+        reply = http.post("/responses", json={"model": "smollm2-135m", "input": "x" * 300_000, "store": False})
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["param"] == "input"
+    assert "at least" in error["message"]
+    assert counter.chars == 0
+
+
+async def test_long_texts_are_encoded_on_a_worker_thread_with_the_same_ids(chat: ChatFormat) -> None:
+    """Past `offload_chars` the encode runs in the executor (off the event loop); the prompt is the same."""
+    history = [
+        {"role": "system", "content": "Tools: none."},
+        {"role": "user", "content": BIG.format(i=1)},
+        {"role": "tool", "content": BIG.format(i=2) * 3},
+    ]
+    threads: set[str] = set()
+    encode = chat.tokenizer.encode
+
+    def recording(text: str) -> list[int]:
+        threads.add(threading.current_thread().name)
+        return encode(text)
+
+    offloading = PromptRenderer(TokenCache(1 << 20), encoder=Encoder(offload_chars=1_000))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(chat.tokenizer, "encode", recording)
+        prompt, state = await offloading.full(chat, history[0], history[1:2])
+        assert state is not None
+        extended = await offloading.extend(chat, state, None, history[2:])
+    assert extended is not None
+    assert extended[0].tolist() == chat.tokens(history)
+    assert prompt.tolist() == chat.tokens(history[:2])
+    assert offloading.encoder.offloaded >= 2
+    assert threading.current_thread().name not in threads  # every encode ran on a worker thread

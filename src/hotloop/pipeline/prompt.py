@@ -2,7 +2,8 @@
 
 A continuation whose system message (instructions + offered tools) and chat format match its parent's renders
 only the parent's output and the new input; anything else renders the whole context from the token cache.
-`truncation: auto` drops the oldest items until the prompt fits (never the instructions).
+`truncation: auto` drops the oldest items until the prompt fits (never the instructions). Without it, a prompt whose
+length alone shows it cannot fit is refused before it is tokenized (`token_floor`).
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from hotloop.backends.base import ToolSpec
 from hotloop.errors import InvalidParam
 from hotloop.models import Model
 from hotloop.pipeline.context import ChainState
-from hotloop.pipeline.render import Chat, item_messages, system_message
-from hotloop.pipeline.tokens import PromptRenderer, Rendered
+from hotloop.pipeline.render import Chat, item_messages, system_message, text_chars
+from hotloop.pipeline.tokens import PromptRenderer, Rendered, token_floor
 from hotloop.wire.items import ContextItem
 from hotloop.wire.request import CreateRequest
 
 
-def render_prompt(
+async def render_prompt(
     renderer: PromptRenderer,
     model: Model,
     request: CreateRequest,
@@ -49,30 +50,60 @@ def render_prompt(
         rendered = parent.rendered
         if rendered.system == system:
             replaced, messages = item_messages([*parent.response.output, *new_items], after=rendered.last)
-            result = renderer.extend(fmt, rendered, replaced, messages)
+            kept = rendered.last_start if replaced is not None else rendered.length
+            _check_floor(model, request, kept + token_floor(fmt, messages))
+            result = await renderer.extend(fmt, rendered, replaced, messages)
             if result is not None:
                 prompt, state = result
     if prompt is None:
         history: Sequence[ContextItem] = parent.context if parent is not None else ()
-        prompt, state = renderer.full(fmt, system, item_messages(chain(history, new_items))[1], source)
+        messages = item_messages(chain(history, new_items))[1]
+        _check_floor(model, request, token_floor(fmt, [system, *messages] if system else messages))
+        prompt, state = await renderer.full(fmt, system, messages, source)
     if len(prompt) < model.context_window:
         return prompt, state
-    return _truncated(model, request, system, [*(parent.context if parent else ()), *new_items], len(prompt)), None
+    items = [*(parent.context if parent else ()), *new_items]
+    return await _truncated(renderer, model, request, system, items, len(prompt)), None
 
 
-def _truncated(
-    model: Model, request: CreateRequest, system: Chat | None, items: list[ContextItem], size: int
+def check_fits(model: Model, request: CreateRequest, new_items: Sequence[ContextItem]) -> None:
+    """Refuse new input that cannot fit the window from its text's length alone: before the safety scan and the
+    tokenizer spend seconds on megabytes of it (issue 11). Free for an upstream chat model: its engine decides."""
+    if model.takes_messages or request.truncation == "auto":
+        return
+    per_token = getattr(model.chat.tokenizer, "max_token_chars", 0)
+    if per_token:
+        _check_floor(model, request, text_chars(new_items) // per_token)
+
+
+def _check_floor(model: Model, request: CreateRequest, floor: int) -> None:
+    """Refuse a prompt that cannot fit from its length alone, before megabytes of it are tokenized."""
+    if floor >= model.context_window and request.truncation != "auto":
+        raise _too_long(f"at least {floor}", model.context_window)
+
+
+def _too_long(size: int | str, window: int) -> InvalidParam:
+    return InvalidParam(
+        f"The input is {size} tokens; this model's context window is {window}.",
+        param="input",
+        code="context_length_exceeded",
+    )
+
+
+async def _truncated(
+    renderer: PromptRenderer,
+    model: Model,
+    request: CreateRequest,
+    system: Chat | None,
+    items: list[ContextItem],
+    size: int,
 ) -> array[int]:
     window = model.context_window
     while True:
         if request.truncation != "auto" or len(items) <= 1:
-            raise InvalidParam(
-                f"The input is {size} tokens; this model's context window is {window}.",
-                param="input",
-                code="context_length_exceeded",
-            )
+            raise _too_long(size, window)
         items = items[max(1, len(items) // 8) :]
-        prompt = array("i", model.chat.tokens(([system] if system else []) + item_messages(items)[1]))
+        prompt = await renderer.tokens(model.chat, ([system] if system else []) + item_messages(items)[1])
         size = len(prompt)
         if size < window:
             return prompt

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 from hotloop.config import Settings
 from hotloop.metering.ledger import Ledger
@@ -17,7 +19,7 @@ from hotloop.pipeline.chains import ChainCache
 from hotloop.pipeline.drain import Drain
 from hotloop.pipeline.limits import ConnectionSlots, RateLimiter
 from hotloop.pipeline.session import Lane, Session
-from hotloop.pipeline.tokens import PromptRenderer, TokenCache
+from hotloop.pipeline.tokens import Encoder, PromptRenderer, TokenCache
 from hotloop.safety import SafetyStage
 from hotloop.stores.base import Store
 
@@ -46,7 +48,11 @@ class Service:
         self.ledger = ledger or Ledger(store.append_usage, settings.ledger_batch, settings.ledger_flush_ms)
         self.sessions: weakref.WeakSet[Session] = weakref.WeakSet()
         self.background: dict[str, asyncio.Task[None]] = {}
-        self.renderer = PromptRenderer(TokenCache(settings.token_cache_bytes))
+        # Long texts are tokenized here, off the event loop (the tokenizers release the GIL: pipeline/tokens.py).
+        self.tokenize_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="hotloop-tokenize")
+        self.renderer = PromptRenderer(
+            TokenCache(settings.token_cache_bytes), encoder=Encoder(executor=self.tokenize_pool)
+        )
         self.chains = ChainCache(settings.chain_cache_entries, settings.chain_cache_bytes)
         self.connection_cache = CacheCounter()  # previous_response_id found in the connection's own cache
         # Every WebSocket connection's lane entries together, LRU under one byte bound (docs/reliability.md).
@@ -136,3 +142,4 @@ class Service:
         # before the store it writes to closes.
         await self.ledger.drain(timeout=LEDGER_DRAIN_TIMEOUT_S)
         await self.store.close()
+        self.tokenize_pool.shutdown(wait=False, cancel_futures=True)

@@ -120,9 +120,53 @@ def decode_body(decoder: msgspec.json.Decoder[Any], data: bytes | str) -> Any:
     return _decode(decoder, data)
 
 
+# Admission limits on the size of one create (issue 11): past them a request is refused before it is decoded whole,
+# because every item and tool costs Python work on the event loop (decoding, normalizing, validating, rendering)
+# that no thread can take over while it holds the GIL. Generous for agents: a 200-turn Codex session resends ~600
+# items, and the largest MCP setups offer a few hundred tools.
+MAX_INPUT_ITEMS = 10_000
+MAX_TOOLS = 1_024
+COUNT_FIRST_BYTES = 1 << 20  # bodies this large are counted (cheaply, as raw JSON) before the full decode
+
+
+class _Counts(msgspec.Struct, forbid_unknown_fields=False):
+    """A create's lists as raw JSON, to count them without building their objects."""
+
+    input: str | list[msgspec.Raw] | None = None
+    tools: list[msgspec.Raw] | None = None
+
+
+_counts_decoder = msgspec.json.Decoder(_Counts)
+
+
+def _check_counts(data: bytes | str) -> None:
+    try:
+        counts = _counts_decoder.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return  # the full decode reports it, with the field's path
+    if isinstance(counts.input, list) and len(counts.input) > MAX_INPUT_ITEMS:
+        raise InvalidParam(
+            f"input has {len(counts.input)} items; at most {MAX_INPUT_ITEMS} are accepted.",
+            param="input",
+            code="array_above_max_length",
+        )
+    if counts.tools is not None and len(counts.tools) > MAX_TOOLS:
+        raise InvalidParam(
+            f"tools has {len(counts.tools)} entries; at most {MAX_TOOLS} are accepted.",
+            param="tools",
+            code="array_above_max_length",
+        )
+
+
 def decode_create(data: bytes | str) -> CreateRequest:
     """Decode a create body; raises `InvalidJSON` or `InvalidParam` with the field's path."""
+    if len(data) >= COUNT_FIRST_BYTES:
+        _check_counts(data)
     request: CreateRequest = _decode(_create_decoder, data)
+    if (request.tools is not None and len(request.tools) > MAX_TOOLS) or (
+        isinstance(request.input, list) and len(request.input) > MAX_INPUT_ITEMS
+    ):
+        _check_counts(data)  # a smaller body over a limit: the same error
     return request
 
 
