@@ -49,8 +49,11 @@ class ServerProcess:
             "log_level": "warning",
             "sim_ttft_ms": 5,
             "sim_tps": 2000,
+            "workers": 1,  # one process unless a test asks for more (None: the default, one per core)
         }
         for name, value in {**defaults, **settings}.items():
+            if value is None:
+                continue
             if isinstance(value, list):
                 value = ",".join(value)
             elif isinstance(value, bool):

@@ -22,7 +22,7 @@ import pytest
 from hotloop.pipeline.sealing import load_secret
 from process_support import ServerProcess
 from replica_support import HEADERS, KEY, SIM, STORES, get_response, http_turn, shared_store, ws_turn
-from wsutil import TERMINAL, WEATHER, WS
+from wsutil import TERMINAL, WEATHER, WS, final
 
 
 @pytest.mark.parametrize("kind", STORES)
@@ -253,3 +253,36 @@ def test_workers_on_a_busy_port_fail_at_once(tmp_path: Path) -> None:
         server = ServerProcess(tmp_path, port=taken.getsockname()[1], workers=2)
         assert server.wait(timeout=60) == 1
     assert "in use" in server.output()
+
+
+def _ws_on_worker(server: ServerProcess, workers: list[psutil.Process], wanted: int) -> WS:
+    """A WebSocket that the worker `wanted` accepted (the kernel picks; 200 tries make a miss negligible)."""
+    for _ in range(200):
+        ws = WS(server.ws_url, api_key=KEY)
+        local_port = ws.conn.socket.getsockname()[1]
+        if _owner(workers, server.port, local_port) == wanted:
+            return ws
+        ws.close()
+    raise AssertionError(f"worker {wanted} accepted none of 200 WebSockets")
+
+
+def test_the_default_is_one_worker_per_core_sharing_chains(tmp_path: Path) -> None:
+    """`hotloop serve` with no `workers` setting runs one process per core; a WebSocket chain stored on one worker
+    continues over a new WebSocket on another (the reconnect of a client whose connection dropped), and an HTTP
+    chain crosses them too."""
+    with ServerProcess(tmp_path, workers=None) as server:
+        workers = _workers(server)
+        assert len(workers) == len(os.sched_getaffinity(0))
+        if len(workers) < 2:
+            return  # a one-core machine: nothing to cross (CI has two)
+        first, second = workers[0].pid, workers[1].pid
+        with _ws_on_worker(server, workers, first) as ws:
+            started = final(ws.turn(model=SIM, input="remember the word 'kestrel'", store=True))
+        with _ws_on_worker(server, workers, second) as ws:
+            continued = final(ws.turn(model=SIM, input="go on", previous_response_id=started["id"], store=True))
+        assert continued["status"] == "completed"
+        assert continued["usage"]["input_tokens"] > started["usage"]["input_tokens"]
+        (_, one), (_, two) = _one_connection_per_worker(server, workers).items()
+        third = one.create(input="and over HTTP", previous_response_id=continued["id"], store=True)
+        status, read = two.request("GET", f"/responses/{third['id']}")
+        assert status == 200 and read["previous_response_id"] == continued["id"]

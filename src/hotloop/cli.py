@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+import msgspec
+
 from hotloop.bench.command import add_bench_parser, run_bench
 from hotloop.config import HELP, Settings, load_settings
 from hotloop.simengine.cli import add_sim_engine_parser, run_sim_engine
@@ -56,10 +58,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def serve(settings: Settings) -> int:
-    """Serve in this process, or with `workers` > 1 under a supervisor that runs one process per worker."""
-    if settings.workers < 1:
-        print("hotloop: workers must be at least 1", file=sys.stderr)
+    """Serve in this process (`workers` 1), or under a supervisor that runs one process per worker (by default one
+    per core, so that every core works: docs/operations.md)."""
+    if settings.workers < 0:
+        print("hotloop: workers must be 0 (one per core) or more", file=sys.stderr)
         return 2
+    settings = msgspec.structs.replace(settings, workers=settings.resolved_workers())
     if settings.workers > 1:
         from hotloop.transports.workers import run_workers
 

@@ -52,7 +52,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     store_url: str = ""
     retention_ttl_s: float = 0.0
     retention_max_bytes: int = 0
-    workers: int = 1
+    workers: int = 0
     api_keys: list[str] = msgspec.field(default_factory=list)
     models: list[str] = msgspec.field(default_factory=lambda: ["smollm2-135m", "hotloop-sim"])
     default_model: str = "smollm2-135m"
@@ -97,10 +97,22 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_format: Literal["json", "text"] = "json"
     upstreams: dict[str, Upstream] = msgspec.field(default_factory=dict)
 
+    def resolved_workers(self) -> int:
+        """`workers`, with 0 read as one per core this process may run on."""
+        return self.workers or available_cores()
+
     def resolved_data_dir(self) -> Path:
         path = Path(self.data_dir) if self.data_dir else Path(platformdirs.user_data_dir("hotloop"))
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a container's cpuset narrows)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 HELP: dict[str, str] = {
@@ -112,7 +124,8 @@ HELP: dict[str, str] = {
     "retention_ttl_s": "Stored responses older than this many seconds are deleted (0: kept until deleted).",
     "retention_max_bytes": "Byte budget of stored responses (JSON bytes); the oldest are deleted beyond it "
     "(0: no budget).",
-    "workers": "Server processes accepting on the one port, under a supervisor; they share the store and the "
+    "workers": "Server processes accepting on the one port, under a supervisor (0: one per core; 1: a single "
+    "process); they share the store and the "
     "data_dir secret (each has its own caches and metrics).",
     "api_keys": "Comma-separated API keys; empty accepts any credential or none.",
     "models": "Comma-separated models to serve: smollm2-135m, hotloop-sim, or a name defined in `upstreams`.",

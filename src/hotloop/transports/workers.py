@@ -25,7 +25,7 @@ import time
 
 import msgspec
 
-from hotloop.config import Settings
+from hotloop.config import Settings, available_cores
 
 log = logging.getLogger("hotloop.workers")
 
@@ -59,7 +59,9 @@ class Supervisor:
         self.sock = sock
         self.stopping = threading.Event()
         self.workers: list[subprocess.Popen[bytes]] = []
-        self._settings_json = msgspec.json.encode(msgspec.structs.replace(settings, workers=1))
+        # llama.cpp's default of every core per process would have N workers fight over the cores: each gets its share.
+        threads = settings.llama_threads or max(1, available_cores() // settings.workers)
+        self._settings_json = msgspec.json.encode(msgspec.structs.replace(settings, workers=1, llama_threads=threads))
         self._env = {
             **os.environ,
             SOCKET_ENV: str(sock.fileno()),
