@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from pathlib import Path
@@ -9,11 +10,17 @@ from pathlib import Path
 import pytest
 
 from conftest import start_server
+from hotloop.bench.clients import TIMING_EVENT, WsClient, kind_of
+from hotloop.bench.floor import due_times, uvicorn_options
 from hotloop.bench.load import LoadConfig, Session, largest_under, summarize
+from hotloop.bench.recording import record_rollout
+from hotloop.bench.server_process import FloorProcess
 from hotloop.cli import main
+from hotloop.config import Settings
 from simengine_support import SimEngineProcess
 
 TINY = ["--turns", "3", "--tps", "5000", "--ttft-ms", "2", "--tool-ms", "5", "--context-tokens", "2000"]
+TINY += ["--idle-s", "0.2"]
 
 
 def test_against_its_own_server_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -33,10 +40,13 @@ def test_against_its_own_server_process(tmp_path: Path, capsys: pytest.CaptureFi
         assert run["ttft_ms"]["p50"] >= 2  # the simulated time to first token
         # measured on the server process, not on this one
         assert run["server_cpu_s"] > 0 and run["server_peak_rss_mib"] > 20
+        assert run["server_cpu_ms_per_turn"] == pytest.approx(run["server_cpu_s"] * 1000 / run["turns"])
+        assert run["server_cpu_ms_per_turn"] > 0
+        assert run["server_idle_cpu_ms_per_s"] >= 0  # measured before the load, with no traffic
         assert run["client_cpu_s"] > 0 and run["wall_s"] > 0 and run["turns_per_s"] > 0
     assert result["largest_connections_under_target"] in (None, 4)
     table = capsys.readouterr().out
-    assert "overhead p50/p99 ms" in table and "largest connection count" in table
+    assert "overhead p50/p99 ms" in table and "largest connection count" in table and "CPU ms/turn" in table
 
 
 def test_in_front_of_an_upstream_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -72,7 +82,9 @@ def test_sweep_against_a_running_server(tmp_path: Path, capsys: pytest.CaptureFi
         runs = json.loads(out.read_text())["runs"]
         # two rollouts of 3 turns on each connection
         assert [(run["connections"], run["errors"], run["turns"]) for run in runs] == [(1, 0, 6), (3, 0, 18)]
-        assert runs[0]["server_cpu_s"] is None  # a server it did not start and no --server-pid: no CPU figures
+        # a server it did not start and no --server-pid: no CPU figures
+        assert runs[0]["server_cpu_s"] is None and runs[0]["server_cpu_ms_per_turn"] is None
+        assert runs[0]["server_idle_cpu_ms_per_s"] is None
     finally:
         server.stop()
 
@@ -97,3 +109,80 @@ def test_summary_counts_failed_sessions_and_finds_the_largest_count() -> None:
     ]
     assert largest_under(runs, 5.0) == 50
     assert largest_under(runs, 1.0) is None
+
+
+def test_floor_runs_the_same_scenario_and_reports_the_ratios(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--floor: after each hotloop run, the same load against the floor server (bench/floor.py, its own process)."""
+    out = tmp_path / "load.json"
+    argv = ["bench", "load", "--connections", "3", *TINY, "--ramp-s", "0.05", "--floor", "--quiet"]
+    assert main([*argv, "--json", str(out)]) == 0
+    [run] = json.loads(out.read_text())["runs"]
+    floor = run["floor"]
+    assert floor["errors"] == 0 and floor["turns"] == floor["turns_expected"] == run["turns"] == 9
+    assert floor["chars_per_token"] == run["chars_per_token"]  # hotloop's, so the tool outputs are sized alike
+    assert floor["server_cpu_ms_per_turn"] > 0 and floor["server_peak_rss_mib"] > 10
+    assert floor["ttft_ms"]["p50"] >= 2  # the same model pacing
+    assert floor["server_ms"]["p50"] > 0  # the floor's own share, in the timing event it sends
+    ratios = run["vs_floor"]
+    assert ratios["server_cpu_ms_per_turn"] == pytest.approx(
+        run["server_cpu_ms_per_turn"] / floor["server_cpu_ms_per_turn"]
+    )
+    assert all(value > 0 for value in ratios.values())
+    table = capsys.readouterr().out
+    assert "3 floor" in table and "hotloop / floor" in table and "server CPU ms/turn" in table
+    assert main(["bench", "load", "--floor", "--upstream", "http://127.0.0.1:9/v1", "--quiet"]) == 1
+
+
+def test_the_floor_replays_hotloops_frames_with_fresh_ids(tmp_path: Path) -> None:
+    """Frame for frame what hotloop sent (the same types and sizes, the same usage), with new ids that chain."""
+    server = start_server(tmp_path, models=["hotloop-sim"])
+    config = LoadConfig(connections=1, turns=3, tps=5000, ttft_ms=2, tool_ms=0, context_tokens=2000)
+    try:
+        recorded = asyncio.run(record_rollout(server.base_url, config))
+    finally:
+        server.stop()
+    with FloorProcess(recorded) as floor:
+        replayed = asyncio.run(record_rollout(floor.base_url, config, cpt=recorded.chars_per_token))
+        unknown = asyncio.run(_create_after(floor.base_url, "resp_not_from_this_socket"))
+    assert json.loads(unknown)["error"]["code"] == "previous_response_not_found"
+    assert len(replayed.turns) == len(recorded.turns) == 3
+    previous = None
+    for ours, theirs in zip(replayed.turns, recorded.turns, strict=True):
+        assert [kind_of(frame) for frame in ours] == [kind_of(frame) for frame in theirs]
+        sizes = [(kind_of(frame), len(frame)) for frame in ours if kind_of(frame) != TIMING_EVENT]
+        assert sizes == [(kind_of(frame), len(frame)) for frame in theirs if kind_of(frame) != TIMING_EVENT]
+        response, original = (json.loads(turn[-1])["response"] for turn in (ours, theirs))
+        assert response["usage"] == original["usage"] and response["id"] != original["id"]
+        assert response["previous_response_id"] == previous
+        previous = response["id"]
+
+
+def test_the_floor_is_configured_like_hotloops_server(tmp_path: Path) -> None:
+    import uvicorn
+
+    from hotloop.transports.server import server_config
+
+    settings = Settings(data_dir=str(tmp_path), port=0, log_level="warning", ws_ping_interval_s=0)
+    options = uvicorn_options(settings)
+    ours, theirs = uvicorn.Config(lambda *_: None, **options), server_config(settings)
+    for name in options:
+        assert getattr(ours, name) == getattr(theirs, name), name
+
+
+async def _create_after(base_url: str, previous: str) -> str | bytes:
+    client = await WsClient.open(base_url, {})
+    try:
+        await client.connection.send(json.dumps({"type": "response.create", "previous_response_id": previous}))
+        return await client.connection.recv()
+    finally:
+        await client.close()
+
+
+def test_the_floors_deltas_keep_hotloop_sims_clock() -> None:
+    assert due_times(3, 20.0, 1000.0, 3) == pytest.approx([0.020, 0.021, 0.022])  # a delta per token
+    assert due_times(2, 20.0, 1000.0, 5) == pytest.approx([0.020, 0.024])  # merged deltas: the last still on time
+    assert due_times(1, 5.0, 1000.0, 1) == [0.005]
+    with pytest.raises(ValueError):
+        due_times(0, 5.0, 1000.0, 1)

@@ -202,7 +202,7 @@ class WsClient:
         await self.connection.send(frame)
         while True:
             raw = await self.connection.recv()
-            kind = _decode(raw).get("type", "") if len(raw) < 512 else _kind_of(raw)
+            kind = _decode(raw).get("type", "") if len(raw) < 512 else kind_of(raw)
             if tracker.feed(kind, raw):
                 break
         assert tracker.result is not None
@@ -213,7 +213,7 @@ class WsClient:
         await self.connection.close()
 
 
-def _kind_of(raw: str | bytes) -> str:
+def kind_of(raw: str | bytes) -> str:
     """The `type` of a large frame, read from its start (the server encodes `type` first) or by decoding it."""
     head = raw[:200] if isinstance(raw, str) else raw[:200].decode(errors="replace")
     marker = '"type":"'

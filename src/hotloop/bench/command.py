@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
 from hotloop.bench.clients import MODES, BenchError
-from hotloop.config import Upstream
+from hotloop.config import Upstream, available_cores
+
+if TYPE_CHECKING:
+    from hotloop.bench.load import LoadConfig
+    from hotloop.bench.progress import Progress
+    from hotloop.bench.recording import Recording
 
 Formatter = argparse.ArgumentDefaultsHelpFormatter
+T = TypeVar("T")
 
 
 def _modes(raw: str) -> tuple[str, ...]:
@@ -46,6 +53,13 @@ def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
 
 def _non_negative(raw: str) -> float:
     value = float(raw)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
+def _non_negative_int(raw: str) -> int:
+    value = int(raw)
     if value < 0:
         raise argparse.ArgumentTypeError("must not be negative")
     return value
@@ -202,11 +216,13 @@ def _load_parser(scenarios: argparse._SubParsersAction[argparse.ArgumentParser])
         "agent rollout of --turns turns on each (hotloop-sim calls a tool every turn but the last; the client "
         "answers after --tool-ms). Unless --base-url is given, the server runs as its own process (`hotloop "
         "serve`, hotloop-sim, a temporary data directory), so that the client's CPU is not the server's, and its "
-        "CPU time and peak memory are measured. Reports p50/p99 overhead per turn (turn time seen by the client "
-        "- model time) and the server's own share (pre_inference + post_inference), throughput and errors. "
-        "--sweep runs several connection counts, each against a fresh server, and names the largest with no "
-        "errors and p99 overhead under --p99-target-ms. With --upstream, the server serves that engine instead of "
-        "hotloop-sim. Exits 1 if any session failed.",
+        "CPU time (also per turn, and idle before the load) and peak memory are measured. Reports p50/p99 overhead "
+        "per turn (turn time seen by the client - model time) and the server's own share (pre_inference + "
+        "post_inference), throughput and errors. --sweep runs several connection counts, each against a fresh "
+        "server, and names the largest with no errors and p99 overhead under --p99-target-ms. With --upstream, the "
+        "server serves that engine instead of hotloop-sim. --floor also runs each load against a floor server (the "
+        "same uvicorn stack with no pipeline, replaying a recorded hotloop rollout) and reports hotloop / floor "
+        "ratios. Exits 1 if any session failed.",
         formatter_class=Formatter,
     )
     load.add_argument("--connections", type=_positive(int), default=200, help="concurrent WebSocket sessions")
@@ -223,9 +239,23 @@ def _load_parser(scenarios: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     load.add_argument("--ramp-s", type=_non_negative, default=1.0, help="sessions start spread over this time")
     load.add_argument("--store", action="store_true", help="send store=true (every turn is persisted)")
-    load.add_argument("--workers", type=_positive(int), default=1, help="server worker processes")
+    load.add_argument(
+        "--workers", type=_non_negative_int, default=0, help="server worker processes (0: one per core, as serve)"
+    )
     load.add_argument("--store-url", metavar="URL", help="the server's store_url (default: SQLite, a temp dir)")
     load.add_argument("--p99-target-ms", type=_positive(float), default=5.0, help="the p99 overhead to stay under")
+    load.add_argument(
+        "--idle-s",
+        type=_non_negative,
+        default=2.0,
+        help="before the load, measure the server's CPU this long with no traffic (0: not measured)",
+    )
+    load.add_argument(
+        "--floor",
+        action="store_true",
+        help="also run each load against a floor server: the same uvicorn stack with no pipeline, replaying the "
+        "events of a rollout recorded from hotloop at the same model pacing; reports hotloop / floor ratios",
+    )
     load.add_argument("--json", metavar="PATH", help="write the results as JSON")
     load.add_argument("--base-url", metavar="URL", help="load a running server (e.g. http://127.0.0.1:8000/v1) instead")
     load.add_argument("--server-pid", type=int, metavar="PID", help="with --base-url: measure this process's CPU")
@@ -282,44 +312,82 @@ def run_bench(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _run_load(args: argparse.Namespace, progress: Any) -> dict[str, Any]:
-    """Each connection count against a fresh server process (or against --base-url)."""
-    from hotloop.bench.load import LoadConfig, load_result, run_load
+def _run_load(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
+    """Each connection count against a fresh server process (or against --base-url); with --floor, then against a
+    fresh floor server replaying a rollout recorded once from the first hotloop server."""
+    from hotloop.bench.load import floor_ratios, load_result, run_load
+    from hotloop.bench.recording import record_rollout
+
+    if args.floor and args.upstream:
+        raise BenchError("--floor replays hotloop-sim's turns: not with --upstream")
+    runs = []
+    recording: Recording | None = None
+    for count in args.sweep or (args.connections,):
+        config = _load_config(args, count)
+        with _load_target(args, count) as (url, api_key, pid):
+            if args.floor and recording is None:
+                recording = _run(record_rollout(url, config, api_key))
+            run = _run(run_load(url, config, api_key, progress, pid))
+        if recording is not None:
+            run["floor"] = _floor_run(config, recording, progress)
+            run["vs_floor"] = floor_ratios(run, run["floor"])
+        runs.append(run)
+    progress.done()
+    result = load_result(config, runs, args.p99_target_ms, args.workers or available_cores())
+    result["config"]["floor"] = bool(args.floor)
+    return result
+
+
+def _load_config(args: argparse.Namespace, count: int) -> LoadConfig:
+    from hotloop.bench.load import LoadConfig
+
+    return LoadConfig(
+        connections=count,
+        turns=args.turns,
+        tps=args.tps,
+        ttft_ms=args.ttft_ms,
+        tool_ms=args.tool_ms,
+        context_tokens=args.context_tokens,
+        ramp_s=args.ramp_s,
+        rollouts=args.rollouts,
+        store=args.store,
+        idle_s=args.idle_s,
+        upstream=_upstream_config(args),
+    )
+
+
+@contextlib.contextmanager
+def _load_target(args: argparse.Namespace, count: int) -> Iterator[tuple[str, str | None, int | None]]:
+    """The server a load run talks to: (base URL, API key, pid to measure), --base-url or a fresh server process."""
     from hotloop.bench.server_process import ServerProcess
 
-    runs = []
-    for count in args.sweep or (args.connections,):
-        config = LoadConfig(
-            connections=count,
-            turns=args.turns,
-            tps=args.tps,
-            ttft_ms=args.ttft_ms,
-            tool_ms=args.tool_ms,
-            context_tokens=args.context_tokens,
-            ramp_s=args.ramp_s,
-            rollouts=args.rollouts,
-            store=args.store,
-            upstream=_upstream_config(args),
-        )
-        if args.base_url:
-            if args.upstream:
-                raise BenchError("--upstream starts its own hotloop: not with --base-url")
-            runs.append(_run(run_load(args.base_url, config, args.api_key, progress, args.server_pid)))
-            continue
-        settings: dict[str, Any] = {"workers": args.workers, "max_connections_per_key": count + 16}
-        settings["max_connections"] = count + 16
-        upstream = _upstream(args)
-        if upstream is not None:  # hotloop serves the engine as its one model
-            from hotloop.bench.server import UPSTREAM_MODEL
+    if args.base_url:
+        if args.upstream:
+            raise BenchError("--upstream starts its own hotloop: not with --base-url")
+        yield args.base_url, args.api_key, args.server_pid
+        return
+    settings: dict[str, Any] = {"workers": args.workers, "max_connections_per_key": count + 16}
+    settings["max_connections"] = count + 16
+    upstream = _upstream(args)
+    if upstream is not None:  # hotloop serves the engine as its one model
+        from hotloop.bench.server import UPSTREAM_MODEL
 
-            settings.update(models=UPSTREAM_MODEL, default_model=UPSTREAM_MODEL)
-            settings["upstreams"] = msgspec.json.encode({UPSTREAM_MODEL: upstream}).decode()
-        if args.store_url:
-            settings["store_url"] = args.store_url
-        with ServerProcess(**settings) as server:
-            runs.append(_run(run_load(server.base_url, config, None, progress, server.process.pid)))
-    progress.done()
-    return load_result(config, runs, args.p99_target_ms, args.workers)
+        settings.update(models=UPSTREAM_MODEL, default_model=UPSTREAM_MODEL)
+        settings["upstreams"] = msgspec.json.encode({UPSTREAM_MODEL: upstream}).decode()
+    if args.store_url:
+        settings["store_url"] = args.store_url
+    with ServerProcess(**settings) as server:
+        yield server.base_url, None, server.pid
+
+
+def _floor_run(config: LoadConfig, recording: Recording, progress: Progress) -> dict[str, Any]:
+    """The same load against the floor server (bench/floor.py), its tool outputs sized with hotloop's chars/token."""
+    from hotloop.bench.load import run_load
+    from hotloop.bench.server_process import FloorProcess
+
+    with FloorProcess(recording) as floor:
+        job = run_load(floor.base_url, config, None, progress, floor.pid, cpt=recording.chars_per_token, label="floor")
+        return _run(job)
 
 
 def _upstream_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -361,7 +429,7 @@ def _upstream(args: argparse.Namespace) -> Upstream | None:
     return Upstream(backend=args.upstream_backend, url=args.upstream, dialect=args.dialect, retries=0, **extra)
 
 
-def _run(job: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+def _run(job: Coroutine[Any, Any, T]) -> T:
     """Run the client on uvloop when it is installed (as the server does), else on asyncio's default loop."""
     try:
         import uvloop

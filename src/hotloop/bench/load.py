@@ -9,18 +9,22 @@ server's own share (`pre_inference + post_inference` from the `hotloop:timing_me
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import resource
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hotloop.bench.agent_loop import AgentLoopConfig, model_ms, request_fields, run_rollout
 from hotloop.bench.clients import BenchError, WsClient
 from hotloop.bench.progress import Progress
 from hotloop.bench.scenario import Rollout
-from hotloop.bench.stats import median, percentile
+from hotloop.bench.stats import median, percentile, ratio
 from hotloop.bench.tokens import chars_per_token
+
+if TYPE_CHECKING:
+    from hotloop.bench.server_process import ResourceMonitor
 
 ERRORS_KEPT = 10  # distinct error messages kept in the result
 
@@ -37,6 +41,7 @@ class LoadConfig:
     rollouts: int = 1  # rollouts per connection, one after another (more turns for the percentiles)
     store: bool = False
     turn_timeout_s: float = 60.0
+    idle_s: float = 2.0  # the server's CPU is first measured this long with no traffic (0: not measured)
     # --upstream: the agent-loop fields that put an upstream engine in hotloop-sim's place (model, upstream, ...).
     upstream: dict[str, Any] = field(default_factory=dict)
 
@@ -51,7 +56,7 @@ class Session:
     error: str | None = None
 
 
-def _loop_config(config: LoadConfig) -> AgentLoopConfig:
+def loop_config(config: LoadConfig) -> AgentLoopConfig:
     return AgentLoopConfig(
         turns=config.turns,
         context_tokens=config.context_tokens,
@@ -61,6 +66,11 @@ def _loop_config(config: LoadConfig) -> AgentLoopConfig:
         modes=("ws",),
         **config.upstream,
     )
+
+
+def session_fields(config: LoadConfig) -> dict[str, Any]:
+    """The fields every request of a session carries (model, instructions, tools, pacing, store)."""
+    return {**request_fields(loop_config(config)), "store": config.store}
 
 
 def server_share(timings: dict[str, Any] | None) -> float | None:
@@ -75,8 +85,8 @@ async def _session(
 ) -> Session:
     session = Session(index)
     await asyncio.sleep(max(0.0, start_at - time.perf_counter()))
-    loop = _loop_config(config)
-    fields = {**request_fields(loop), "store": config.store}
+    loop = loop_config(config)
+    fields = session_fields(config)
     client: WsClient | None = None
     try:
         opened = time.perf_counter()
@@ -113,20 +123,26 @@ async def run_load(
     api_key: str | None = None,
     progress: Progress | None = None,
     server_pid: int | None = None,
+    cpt: float | None = None,
+    label: str = "load",
 ) -> dict[str, Any]:
-    """One load run: a warm-up session, then `connections` sessions at once; the JSON-ready result."""
+    """One load run: a warm-up session, the idle server's CPU, then `connections` sessions at once; the JSON-ready
+    result. `cpt` fixes the chars per token that size the tool outputs (the floor cannot count tokens); `label`
+    names the server in the progress lines."""
     from hotloop.bench.server_process import ResourceMonitor
 
     progress = progress or Progress(enabled=False)
-    cpt = await chars_per_token(base_url, api_key, _loop_config(config).model)
+    if cpt is None:
+        cpt = await chars_per_token(base_url, api_key, loop_config(config).model)
     rollout = Rollout(turns=config.turns, context_tokens=config.context_tokens, chars_per_token=cpt)
     warm = await _session(0, base_url, replace(config, rollouts=1), rollout, api_key, 0.0)
     if warm.error:
         raise BenchError(f"warm-up session failed: {warm.error}")
+    idle = await idle_cpu(server_pid, config.idle_s) if server_pid else None
     monitor = ResourceMonitor(server_pid).start() if server_pid else None
     load_before = os.getloadavg()[0]  # how busy the machine was: other work skews every figure
     client_cpu = _own_cpu()
-    progress.update(f"load: {config.connections} connections x {config.turns} turns")
+    progress.update(f"{label}: {config.connections} connections x {config.turns} turns")
     start = time.perf_counter()
     spacing = config.ramp_s / max(1, config.connections)
     jobs = [
@@ -142,11 +158,35 @@ async def run_load(
     result["chars_per_token"] = cpt
     result["loadavg_1m"] = [load_before, os.getloadavg()[0]]
     result["client_cpu_s"] = client_cpu
-    result["server_cpu_s"] = monitor.cpu_s if monitor else None
-    result["server_cpu_percent"] = 100.0 * monitor.cpu_s / wall_s if monitor else None
-    result["server_peak_rss_mib"] = monitor.peak_rss / 2**20 if monitor else None
-    progress.update(_line(result), final=True)
+    result.update(_server_figures(monitor, wall_s, result["turns"]))
+    result["server_idle_cpu_ms_per_s"] = idle
+    progress.update(f"{label}: {_line(result)}", final=True)
     return result
+
+
+async def idle_cpu(server_pid: int, seconds: float) -> float | None:
+    """The server's CPU (ms per second) over `seconds` with no traffic: its background work (timers, flushes)."""
+    from hotloop.bench.server_process import ResourceMonitor
+
+    if seconds <= 0:
+        return None
+    monitor = ResourceMonitor(server_pid).start()
+    await asyncio.sleep(seconds)
+    monitor.stop()
+    return monitor.cpu_s * 1000.0 / seconds
+
+
+def _server_figures(monitor: ResourceMonitor | None, wall_s: float, turns: int) -> dict[str, float | None]:
+    """CPU and memory of the server process during the run; the CPU also per completed turn (everything the server
+    did in the run, connection handshakes included, over the turns it completed)."""
+    if monitor is None:
+        return dict.fromkeys(("server_cpu_s", "server_cpu_ms_per_turn", "server_cpu_percent", "server_peak_rss_mib"))
+    return {
+        "server_cpu_s": monitor.cpu_s,
+        "server_cpu_ms_per_turn": monitor.cpu_s * 1000.0 / turns if turns else None,
+        "server_cpu_percent": 100.0 * monitor.cpu_s / wall_s,
+        "server_peak_rss_mib": monitor.peak_rss / 2**20,
+    }
 
 
 def _own_cpu() -> float:
@@ -186,11 +226,29 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 def _line(result: dict[str, Any]) -> str:
     over, server = result["overhead_ms"], result["server_ms"]
-    return (
-        f"load: {result['connections']} connections, {result['turns']} turns, {result['errors']} errors, "
+    line = (
+        f"{result['connections']} connections, {result['turns']} turns, {result['errors']} errors, "
         f"overhead p50 {over['p50']:.2f} p99 {over['p99']:.2f} ms, server p50 {server['p50']:.2f} "
         f"p99 {server['p99']:.2f} ms"
     )
+    if result["server_cpu_ms_per_turn"] is not None:
+        line += f", server CPU {result['server_cpu_ms_per_turn']:.2f} ms/turn"
+    if result["server_idle_cpu_ms_per_s"] is not None:
+        line += f" (idle {result['server_idle_cpu_ms_per_s']:.1f} ms/s)"
+    return line
+
+
+def floor_ratios(run: dict[str, Any], floor: dict[str, Any]) -> dict[str, float]:
+    """hotloop's figures over the floor's (the same scenario against a server with no pipeline, bench/floor.py)."""
+    return {
+        "server_cpu_ms_per_turn": _ratio(run["server_cpu_ms_per_turn"], floor["server_cpu_ms_per_turn"]),
+        "overhead_p50": _ratio(run["overhead_ms"]["p50"], floor["overhead_ms"]["p50"]),
+        "overhead_p99": _ratio(run["overhead_ms"]["p99"], floor["overhead_ms"]["p99"]),
+    }
+
+
+def _ratio(a: float | None, b: float | None) -> float:
+    return math.nan if a is None or b is None else ratio(a, b)
 
 
 def largest_under(runs: list[dict[str, Any]], target_ms: float, key: str = "overhead_ms") -> int | None:
@@ -200,7 +258,7 @@ def largest_under(runs: list[dict[str, Any]], target_ms: float, key: str = "over
 
 
 def any_errors(result: dict[str, Any]) -> bool:
-    return any(run["errors"] for run in result["runs"])
+    return any(run["errors"] or (run.get("floor") or {}).get("errors") for run in result["runs"])
 
 
 def load_result(config: LoadConfig, runs: list[dict[str, Any]], target_ms: float, workers: int) -> dict[str, Any]:

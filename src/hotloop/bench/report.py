@@ -155,43 +155,69 @@ def load_table(result: dict[str, Any]) -> str:
     )
     header = ["connections", "turns", "errors", "overhead p50/p99 ms", "server p50/p99 ms", "connect p50/p99 ms"]
     header += ["ttft p50 ms"]
-    header += ["turns/s", "server CPU s", "CPU %", "peak RSS MiB", "client CPU s", "wall s", "loadavg"]
+    header += ["turns/s", "server CPU s", "CPU ms/turn", "CPU %", "idle CPU ms/s", "peak RSS MiB", "client CPU s"]
+    header += ["wall s", "loadavg"]
     rows = []
     for run in result["runs"]:
-        over, server = run["overhead_ms"], run["server_ms"]
-        rows.append(
-            [
-                str(run["connections"]),
-                f"{run['turns']}/{run['turns_expected']}",
-                str(run["errors"]),
-                f"{_fmt(over['p50'], 2)} / {_fmt(over['p99'], 2)}",
-                f"{_fmt(server['p50'], 2)} / {_fmt(server['p99'], 2)}",
-                f"{_fmt(run['connect_ms']['p50'], 0)} / {_fmt(run['connect_ms']['p99'], 0)}",
-                _fmt(run["ttft_ms"]["p50"], 2),
-                _fmt(run["turns_per_s"], 0),
-                _fmt(run["server_cpu_s"], 2),
-                _fmt(run["server_cpu_percent"], 0),
-                _fmt(run["server_peak_rss_mib"], 0),
-                _fmt(run["client_cpu_s"], 2),
-                _fmt(run["wall_s"], 2),
-                "/".join(_fmt(value, 1) for value in run["loadavg_1m"]),
-            ]
-        )
+        rows.append(_load_row(run, str(run["connections"])))
+        if run.get("floor"):
+            rows.append(_load_row(run["floor"], f"{run['connections']} floor"))
     target = config["p99_target_ms"]
     largest = result["largest_connections_under_target"]
     largest_server = result["largest_connections_under_target_server"]
     legend = (
         "overhead = turn time seen by the client - model time; server = pre_inference + post_inference of the "
-        "hotloop:timing_metrics event; connect: WebSocket opening handshake; loadavg: the machine's 1-minute load "
-        "average before/after the run"
+        "hotloop:timing_metrics event; connect: WebSocket opening handshake; CPU ms/turn: the server's CPU over "
+        "the turns completed; idle CPU: the server's with no traffic, before the load; loadavg: the machine's "
+        "1-minute load average before/after the run"
     )
     verdict = (
         f"largest connection count with no errors and p99 < {target:g} ms: overhead {largest or 'none'}, "
         f"server {largest_server or 'none'}"
     )
     errors = [message for run in result["runs"] for message in run["error_messages"]]
+    errors += [message for run in result["runs"] for message in (run.get("floor") or {}).get("error_messages", [])]
     tail = "".join(f"\n  error: {message}" for message in errors[:10])
-    return f"{head}\n{_table(header, rows)}\n{legend}\n{verdict}{tail}"
+    return f"{head}\n{_table(header, rows)}\n{legend}\n{verdict}{_floor_lines(result)}{tail}"
+
+
+def _load_row(run: dict[str, Any], name: str) -> list[str]:
+    over, server = run["overhead_ms"], run["server_ms"]
+    return [
+        name,
+        f"{run['turns']}/{run['turns_expected']}",
+        str(run["errors"]),
+        f"{_fmt(over['p50'], 2)} / {_fmt(over['p99'], 2)}",
+        f"{_fmt(server['p50'], 2)} / {_fmt(server['p99'], 2)}",
+        f"{_fmt(run['connect_ms']['p50'], 0)} / {_fmt(run['connect_ms']['p99'], 0)}",
+        _fmt(run["ttft_ms"]["p50"], 2),
+        _fmt(run["turns_per_s"], 0),
+        _fmt(run["server_cpu_s"], 2),
+        _fmt(run.get("server_cpu_ms_per_turn"), 2),
+        _fmt(run["server_cpu_percent"], 0),
+        _fmt(run.get("server_idle_cpu_ms_per_s"), 1),
+        _fmt(run["server_peak_rss_mib"], 0),
+        _fmt(run["client_cpu_s"], 2),
+        _fmt(run["wall_s"], 2),
+        "/".join(_fmt(value, 1) for value in run["loadavg_1m"]),
+    ]
+
+
+def _floor_lines(result: dict[str, Any]) -> str:
+    """hotloop / floor per connection count, where --floor ran."""
+    lines = []
+    for run in result["runs"]:
+        ratios = run.get("vs_floor")
+        if ratios:
+            lines.append(
+                f"\n  {run['connections']} connections: server CPU ms/turn "
+                f"{_fmt(ratios['server_cpu_ms_per_turn'], 2)}x, overhead p50 {_fmt(ratios['overhead_p50'], 2)}x, "
+                f"p99 {_fmt(ratios['overhead_p99'], 2)}x"
+            )
+    if not lines:
+        return ""
+    legend = "\nhotloop / floor (floor: the same stack and scenario with no pipeline, replaying recorded events):"
+    return legend + "".join(lines)
 
 
 def write_json(result: dict[str, Any], path: str) -> None:

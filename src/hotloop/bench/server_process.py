@@ -1,5 +1,6 @@
-"""The load benchmark's server: `hotloop serve` in its own process (so the client's CPU is not the server's), and
-the CPU time and peak memory of that process and its workers, sampled with psutil."""
+"""The load benchmark's servers in their own processes (so the client's CPU is not the server's): `hotloop serve`,
+and the floor server (bench/floor.py) through the same `ChildServer`; the CPU time and peak memory of such a process
+and its workers, sampled with psutil."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 import httpx
+
+if TYPE_CHECKING:
+    from hotloop.bench.recording import Recording
 
 
 def free_port() -> int:
@@ -24,33 +28,36 @@ def free_port() -> int:
         return port
 
 
-class ServerProcess:
-    """`python -m hotloop serve` on 127.0.0.1 (a free port), hotloop-sim only, a temporary data directory unless
-    `store_url` names another store; extra settings go in as HOTLOOP_* variables."""
+class ChildServer:
+    """A server command in its own process on 127.0.0.1 (a free port), with a temporary directory for its files and
+    its log; ready once GET /healthz answers 200. Subclasses name the command."""
 
-    def __init__(self, **settings: Any) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix="hotloop-load-")
+    def __init__(self, prefix: str) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix=prefix)
         self.port = free_port()
-        values: dict[str, Any] = {
-            "data_dir": self._tmp.name,
-            "models": "hotloop-sim",
-            "default_model": "hotloop-sim",
-            "log_level": "warning",
-            "ws_ping_interval_s": 0,  # no pings in the middle of a measurement
-            **settings,
-        }
-        env = {**os.environ, **{f"HOTLOOP_{name.upper()}": str(value) for name, value in values.items()}}
-        command = [sys.executable, "-m", "hotloop", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def directory(self) -> Path:
+        return Path(self._tmp.name)
+
+    def _spawn(self, command: list[str], env: dict[str, str]) -> None:
         # The log goes to a file: a pipe nobody reads during the run would fill up and stall the server.
-        self._log = Path(self._tmp.name) / "server.log"
+        self._log = self.directory / "server.log"
         with self._log.open("wb") as log:
             self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def wait_ready(self, timeout: float = 60) -> ServerProcess:
+    def wait_ready(self, timeout: float = 60) -> Self:
+        assert self.process is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -67,7 +74,7 @@ class ServerProcess:
         return self._log.read_text(errors="replace")[-chars:]
 
     def stop(self) -> None:
-        if self.process.poll() is None:
+        if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:
                 self.process.wait(timeout=60)
@@ -76,7 +83,7 @@ class ServerProcess:
                 self.process.wait()
         self._tmp.cleanup()
 
-    def __enter__(self) -> ServerProcess:
+    def __enter__(self) -> Self:
         try:
             return self.wait_ready()
         except BaseException:
@@ -87,6 +94,37 @@ class ServerProcess:
         self, kind: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class ServerProcess(ChildServer):
+    """`python -m hotloop serve`, hotloop-sim only, a temporary data directory unless `store_url` names another
+    store; extra settings go in as HOTLOOP_* variables."""
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__("hotloop-load-")
+        values: dict[str, Any] = {
+            "data_dir": self._tmp.name,
+            "models": "hotloop-sim",
+            "default_model": "hotloop-sim",
+            "log_level": "warning",
+            "ws_ping_interval_s": 0,  # no pings in the middle of a measurement
+            **settings,
+        }
+        env = {**os.environ, **{f"HOTLOOP_{name.upper()}": str(value) for name, value in values.items()}}
+        command = [sys.executable, "-m", "hotloop", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        self._spawn(command, env)
+
+
+class FloorProcess(ChildServer):
+    """The floor server (bench/floor.py) replaying `recording`, as hotloop's process is run: same interpreter, same
+    environment, its own process."""
+
+    def __init__(self, recording: Recording) -> None:
+        super().__init__("hotloop-floor-")
+        path = self.directory / "recording.json"
+        recording.save(path)
+        command = [sys.executable, "-m", "hotloop.bench.floor", "--port", str(self.port), "--recording", str(path)]
+        self._spawn(command, dict(os.environ))
 
 
 class ResourceMonitor:
