@@ -272,3 +272,15 @@ def test_stateless_responses_endpoint(engine: SimEngineProcess, sdk: openai.Open
     assert second.usage is not None and second.usage.input_tokens_details.cached_tokens > 0
     stateful = engine.http.post("/v1/responses", json={"input": "x", "previous_response_id": first["id"]})
     assert stateful.status_code == 400 and stateful.json()["error"]["param"] == "previous_response_id"
+
+
+def test_request_log_times_each_generation(engine: SimEngineProcess, sdk: openai.OpenAI) -> None:
+    engine.script({"tps": 100, "output_tokens": 10})  # 10 tokens at 100/s: at least 90 ms of decode
+    sdk.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    engine.http.post("/v1/responses", json={"input": "Hello", "stream": True}).raise_for_status()
+    engine.http.get("/v1/models").raise_for_status()  # not a generation: not logged
+    first, second = engine.http.get("/stats/requests").json()["requests"]
+    assert (first["seq"], first["path"], second["path"]) == (1, "/v1/chat/completions", "/v1/responses")
+    assert first["ms"] >= 90.0 and first["output_tokens"] == 10 and second["output_tokens"] == 32
+    assert second["prompt_tokens"] > 0 and second["ms"] > 0
+    assert engine.http.get("/stats/requests", params={"after": 1}).json()["requests"] == [second]

@@ -1,30 +1,34 @@
 """The engine's HTTP API: OpenAI's /v1/chat/completions, /v1/completions and a stateless /v1/responses (streamed
 or not), /v1/models, SGLang's /generate and llama.cpp's /completion (token ids or text), and the
-test facilities GET /stats, POST /stats/reset and POST /sim/script."""
+test facilities GET /stats, GET /stats/requests, POST /stats/reset and POST /sim/script."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from array import array
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import msgspec
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hotloop.backends.base import Delta, Finished, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 from hotloop.backends.sim import SimFault
 from hotloop.ids import new_id
 from hotloop.simengine import requests as req
-from hotloop.simengine.engine import Engine, Override
+from hotloop.simengine.engine import Engine, Override, current_record
 from hotloop.simengine.native import GenerateChunks, LlamaCppChunks
 from hotloop.simengine.responses import create_response
 from hotloop.simengine.sse import ChatChunks, CompletionChunks, Output, sse
 
 _encode = msgspec.json.encode
+GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/generate", "/completion", "/v1/responses"})
 
 
 def error_response(status: int, message: str, param: str | None = None, code: str | None = None) -> JSONResponse:
@@ -88,6 +92,10 @@ def build_app(engine: Engine) -> Starlette:
     async def stats(request: Request) -> Response:
         return Response(_encode(engine.stats), media_type="application/json")
 
+    async def requests(request: Request) -> Response:
+        after = int(request.query_params.get("after", "0") or 0)
+        return Response(_encode({"requests": engine.requests_after(after)}), media_type="application/json")
+
     async def reset(request: Request) -> Response:
         engine.reset()
         return Response(_encode(engine.stats), media_type="application/json")
@@ -115,11 +123,40 @@ def build_app(engine: Engine) -> Starlette:
         Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/stats", stats, methods=["GET"]),
+        Route("/stats/requests", requests, methods=["GET"]),
         Route("/stats/reset", reset, methods=["POST"]),
         Route("/sim/script", script, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
     ]
-    return Starlette(routes=routes, exception_handlers={req.BadRequest: bad_request})
+    middleware = [Middleware(RequestTimer, engine=engine)]
+    return Starlette(routes=routes, exception_handlers={req.BadRequest: bad_request}, middleware=middleware)
+
+
+class RequestTimer:
+    """Times each generation request inside the engine (GET /stats/requests): a gateway in front of it is then
+    measured against the engine's own time, whichever endpoint it uses (only llama.cpp's reports one)."""
+
+    def __init__(self, app: ASGIApp, engine: Engine) -> None:
+        self.app = app
+        self.engine = engine
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in GENERATION_PATHS:
+            await self.app(scope, receive, send)
+            return
+        entry = self.engine.record(scope["path"])
+        start = time.perf_counter()
+
+        async def timed_send(message: Message) -> None:
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                entry.ms = (time.perf_counter() - start) * 1000.0
+
+        token = current_record.set(entry)
+        try:
+            await self.app(scope, receive, timed_send)
+        finally:
+            current_record.reset(token)
 
 
 async def _prompt(engine: Engine, prompt: str | array[int]) -> tuple[Sequence[int], dict[str, Any]]:

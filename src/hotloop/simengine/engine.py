@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import msgspec
@@ -55,6 +56,25 @@ class Stats(msgspec.Struct, kw_only=True):
     last_authorization_sha256: str = ""
 
 
+class RequestRecord(msgspec.Struct, kw_only=True):
+    """GET /stats/requests: one generation request as the engine itself timed it (gateway comparisons)."""
+
+    seq: int  # 1, 2, … since start (or the last reset)
+    path: str
+    # The request's first ASGI call (headers parsed) → its last body byte handed to the server: everything the
+    # engine did for it, request parsing and tokenization included.
+    ms: float = 0.0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+
+
+REQUEST_LOG_ENTRIES = 4096
+# The record of the request being served: set by the timing middleware (app.py), filled in by `Engine.generate`
+# (the response's body runs in a task that copies this context, so it sees the same record).
+current_record: ContextVar[RequestRecord | None] = ContextVar("current_record", default=None)
+
+
 def authorization_digest(authorization: str) -> str:
     return hashlib.sha256(authorization.encode()).hexdigest() if authorization else ""
 
@@ -75,12 +95,26 @@ class Engine:
         self.sim = SimBackend(sim)  # hotloop-sim's output and tool policy, shared, not copied
         self.stats = Stats()
         self.script: deque[Override] = deque()
+        self.requests: deque[RequestRecord] = deque(maxlen=REQUEST_LOG_ENTRIES)
+        self._seq = 0
 
     def reset(self) -> None:
         self.stats = Stats()
         self.script.clear()
+        self.requests.clear()
+        self._seq = 0
         self.cache = PrefixCache(self.settings.prefix_cache_entries)
         self.scans = PromptScans(self.chat.tokenizer.decode)
+
+    def record(self, path: str) -> RequestRecord:
+        """A new entry in the request log (the timing middleware fills in its time)."""
+        self._seq += 1
+        entry = RequestRecord(seq=self._seq, path=path)
+        self.requests.append(entry)
+        return entry
+
+    def requests_after(self, seq: int) -> list[RequestRecord]:
+        return [entry for entry in self.requests if entry.seq > seq]
 
     def admit(self, model: str, authorization: str) -> Override | None:
         """Count a request and take its scripted override, if any."""
@@ -107,9 +141,14 @@ class Engine:
         generation = GenerationRequest(prompt_tokens=tokens, metadata=metadata, **request)
         self.stats.prompt_tokens += len(tokens)
         self.stats.cached_tokens += cached
+        entry = current_record.get()
+        if entry is not None:
+            entry.prompt_tokens, entry.cached_tokens = len(tokens), cached
         async for delta in self.sim.generate(generation):
             if isinstance(delta, Finished):
                 self.stats.completion_tokens += delta.output_tokens
+                if entry is not None:
+                    entry.output_tokens = delta.output_tokens
                 delta = Finished(delta.reason, delta.output_tokens, cached, prompt_tokens=len(tokens))
             yield delta
 
