@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import websockets
 
@@ -59,31 +60,48 @@ async def _stream(url: str, stop: asyncio.Event, gaps: list[float]) -> None:
                     break
 
 
-async def _send_big(server: ServerProcess, kind: str, transport: str) -> dict[str, Any]:
-    body = json.dumps({"model": "hotloop-sim", **_body(kind)})
-    assert MAX_BODY // 2 < len(body) <= MAX_BODY
-    if transport == "http":
-        # A thread: building and writing the body must not hold this process's own loop (the streaming client's).
-        def post() -> dict[str, Any]:
-            reply = httpx.post(server.base_url + "/responses", content=body, timeout=120)
-            assert reply.status_code == 400, reply.text[:300]
-            error: dict[str, Any] = reply.json()["error"]
-            return error
+SENDER = """
+import json, sys
+import httpx
+from websockets.sync.client import connect
 
-        return await asyncio.to_thread(post)
-    async with websockets.connect(server.ws_url, max_size=None) as ws:
-        await ws.send(json.dumps({"type": "response.create", **json.loads(body)}))
-        event: dict[str, Any] = json.loads(await ws.recv())
-    assert event["type"] == "error", event
-    error = event["error"]
-    assert isinstance(error, dict)
-    return error
+transport, url, path = sys.argv[1:]
+body = open(path, "rb").read()
+if transport == "http":
+    reply = httpx.post(url, content=body, headers={"content-type": "application/json"}, timeout=120)
+    assert reply.status_code == 400, reply.text[:300]
+    print(json.dumps(reply.json()["error"]))
+else:
+    with connect(url, max_size=None) as ws:
+        ws.send(body)
+        print(json.dumps(json.loads(ws.recv(timeout=120))))
+"""
+
+
+async def _send_big(server: ServerProcess, kind: str, transport: str, tmp: Path) -> dict[str, Any]:
+    """Send the body from another process, so that building and writing it costs this process (the streaming
+    client's) nothing."""
+    frame = {"type": "response.create"} if transport == "websocket" else {}
+    path = tmp / "body.json"
+    path.write_text(json.dumps({**frame, "model": "hotloop-sim", **_body(kind)}))
+    assert MAX_BODY // 2 < path.stat().st_size <= MAX_BODY
+    url = server.base_url + "/responses" if transport == "http" else server.ws_url
+    sender = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", SENDER, transport, url, str(path), stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await sender.communicate()
+    assert sender.returncode == 0
+    reply: dict[str, Any] = json.loads(out)
+    if transport == "websocket":
+        assert reply["type"] == "error", reply
+        reply = reply["error"]
+    return reply
 
 
 @pytest.mark.parametrize("transport", ["http", "websocket"])
 @pytest.mark.parametrize("kind", ["text", "items", "tools"])
 async def test_other_sessions_keep_streaming_while_a_maximal_body_is_handled(
-    served: ServerProcess, kind: str, transport: str
+    served: ServerProcess, kind: str, transport: str, tmp_path: Path
 ) -> None:
     stop = asyncio.Event()
     gaps: list[float] = []
@@ -91,7 +109,7 @@ async def test_other_sessions_keep_streaming_while_a_maximal_body_is_handled(
     while len(gaps) < 50:  # streaming has begun
         await asyncio.sleep(0.05)
     before = len(gaps)
-    error = await _send_big(served, kind, transport)
+    error = await _send_big(served, kind, transport, tmp_path)
     await asyncio.sleep(0.2)
     stop.set()
     await streaming

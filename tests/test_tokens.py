@@ -218,3 +218,37 @@ async def test_long_texts_are_encoded_on_a_worker_thread_with_the_same_ids(chat:
     assert prompt.tolist() == chat.tokens(history[:2])
     assert offloading.encoder.offloaded >= 2
     assert threading.current_thread().name not in threads  # every encode ran on a worker thread
+
+
+CHATML = "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{% endfor %}"
+
+
+def _format(template: str) -> ChatFormat:
+    return ChatFormat(template, smollm2_chat_format().tokenizer, eos_token="<|im_end|>")
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        # content transformed, tested, or bound to a variable: the template may do anything with it
+        CHATML.replace("m['content']", "m['content'] | trim"),
+        CHATML.replace("{{ '<|im_start|>'", "{% if m['content'] %}x{% endif %}{{ '<|im_start|>'"),
+        "{% for m in messages %}{% set c = m.content %}{{ '<|im_start|>' + m.role + '\\n' + c }}<|im_end|>\n"
+        "{% endfor %}",
+        CHATML.replace("m['content']", "m['content'].split('</think>')[-1]"),
+    ],
+)
+def test_no_wrappers_where_the_template_does_more_than_output_the_content(template: str) -> None:
+    assert _format(template).learn_wrappers() == {}
+
+
+def test_wrappers_render_segments_as_jinja_does(chat: ChatFormat) -> None:
+    """SmolLM2's template only concatenates `content`: its segments skip Jinja and give the same text."""
+    assert set(chat.wrappers) == {"system", "user", "assistant", "tool"}
+    base = {"role": "user", "content": "first"}
+    base_text = chat.render_text([base], add_generation_prompt=False)
+    messages = [{"role": "tool", "content": " 42 \n"}, {"role": "assistant", "content": "<tool_call>{}</tool_call>"}]
+    jinja = chat.render_text([base, *messages], add_generation_prompt=False)[len(base_text) :]
+    assert chat.segment_text(base, base_text, messages) == jinja
+    plain = _format(CHATML)
+    assert plain.learn_wrappers()["user"] == ("<|im_start|>user\n", "<|im_end|>\n")

@@ -7,7 +7,7 @@ collector, so the hot path only bumps plain integers.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -148,6 +148,8 @@ def _size_families(sizes: dict[str, CacheSize]) -> Iterator[Metric]:
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._stage_children: dict[str, Any] = {}
+        self._response_children: dict[tuple[str, str, str], Any] = {}
         self.stage_seconds = Histogram(
             "hotloop_stage_seconds", "Server time per turn stage.", ["stage"], buckets=BUCKETS, registry=self.registry
         )
@@ -208,8 +210,19 @@ class Metrics:
         self.registry.register(_KVState(reading))
 
     def observe(self, timings: StageTimings) -> None:
+        children = self._stage_children
         for stage, seconds in timings.seconds.items():
-            self.stage_seconds.labels(stage).observe(seconds)
+            child = children.get(stage)
+            if child is None:  # `labels()` takes a lock and builds a key each call: once per stage is enough
+                child = children[stage] = self.stage_seconds.labels(stage)
+            child.observe(seconds)
+
+    def count_response(self, model: str, status: str, transport: str) -> None:
+        key = (model, status, transport)
+        child = self._response_children.get(key)
+        if child is None:
+            child = self._response_children[key] = self.responses.labels(*key)
+        child.inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -33,7 +33,9 @@ class StallTimer:
     async def wait(self, step: Awaitable[T]) -> T:
         if self.limit <= 0:
             return await step
-        task = self._task = asyncio.current_task()
+        task = self._task
+        if task is None:  # the turn's task, the same for all its waits: looked up once
+            task = self._task = asyncio.current_task()
         self._cancelling = task.cancelling() if task is not None else 0
         self._since = self._loop.time()
         if self._handle is None:

@@ -270,8 +270,7 @@ class PromptRenderer:
 
 def _segment_text(fmt: ChatFormat, base: Chat, base_text: str, messages: Sequence[Chat]) -> str | None:
     """The text `messages` add after the base message, or None when the template does not render it as a suffix."""
-    text = fmt.render_text([base, *messages], add_generation_prompt=False)
-    return text[len(base_text) :] if text.startswith(base_text) else None
+    return fmt.segment_text(base, base_text, messages)
 
 
 def _starts_at_boundary(fmt: ChatFormat, tokens: array[int]) -> bool:
@@ -311,4 +310,6 @@ def probe_incremental(fmt: ChatFormat) -> bool:
         fmt.incremental = fmt.incremental and prompt.tolist() == fmt.tokens(PROBE[:3])
     except Exception:
         fmt.incremental = False
+    if fmt.incremental:
+        fmt.learn_wrappers()
     return fmt.incremental

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import msgspec
@@ -26,6 +26,7 @@ from hotloop.metering.records import record_for
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
 from hotloop.pipeline.context import ChainState, Context
+from hotloop.pipeline.merge import DeltaMerger
 from hotloop.pipeline.resolve import CONTINUABLE, count_calls
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Lane, Session
@@ -88,13 +89,16 @@ class Turn:
 
     # -- the event stream ---------------------------------------------------------------------------------------
 
-    async def events(self) -> AsyncGenerator[Event, None]:
-        """Every event of the response, terminal last; never raises for backend faults (→ `response.failed`)."""
+    async def events(self, congested: Callable[[], bool] | None = None) -> AsyncGenerator[Event, None]:
+        """Every event of the response, terminal last; never raises for backend faults (→ `response.failed`).
+
+        `congested` (the transport's): while it is true, consecutive deltas of an item are merged (pipeline/merge.py).
+        """
         gauge = self.service.metrics.in_flight.labels(self.options.transport)
         gauge.inc()
         self.service.drain.enter(self)
         try:
-            async with contextlib.aclosing(self._events()) as events:
+            async with contextlib.aclosing(self._events(congested)) as events:
                 async for event in events:
                     yield event
         except asyncio.CancelledError:
@@ -109,8 +113,9 @@ class Turn:
             self.service.drain.leave(self)
             gauge.dec()
 
-    async def _events(self) -> AsyncGenerator[Event, None]:
+    async def _events(self, congested: Callable[[], bool] | None) -> AsyncGenerator[Event, None]:
         builder = self.builder
+        merger = DeltaMerger() if congested is not None else None
         if self.response.background:
             self.response.status = "queued"
             yield builder.created()
@@ -143,6 +148,8 @@ class Turn:
                             timings.add("ttft", timings.since("inference"))
                             first = False
                         if isinstance(delta, Finished):
+                            for event in _held(builder, merger):
+                                yield event
                             if delta.engine_ms is not None:  # the engine's own time, as it reported it
                                 timings.add("engine", delta.engine_ms / 1000)
                             prompt = prompt_tokens if delta.prompt_tokens is None else delta.prompt_tokens
@@ -150,8 +157,13 @@ class Turn:
                             reason = "max_output_tokens" if delta.reason == "length" else None
                             outcome = ("incomplete" if reason else "completed", usage, reason, None)
                             break
-                        for event in feed_delta(self.builder, delta):
-                            yield event
+                        if merger is None or congested is None:
+                            for event in feed_delta(builder, delta):
+                                yield event
+                            continue
+                        for ready in merger.feed(delta, congested()):
+                            for event in feed_delta(builder, ready):
+                                yield event
                 generating = False
             timings.add("generate", timings.since("inference"))
             if outcome is None:
@@ -175,6 +187,8 @@ class Turn:
             outcome = ("failed", None, None, ErrorInfo(code="server_error", message="The model backend failed."))
         finally:
             stall.close()
+        for event in _held(builder, merger):  # a failure keeps the text generated so far, merged or not
+            yield event
         for event in await self._finish(*outcome):
             yield event
         self._log_finished()  # once the terminal event has left: the log line is not on the client's clock
@@ -235,7 +249,7 @@ class Turn:
         if self.response.usage is not None:  # the key's tokens-per-minute window (pipeline/limits.py)
             service.rate_limiter.charge(self.session.owner, self.response.usage.total_tokens)
         service.metrics.observe(self.timings)
-        service.metrics.responses.labels(self.model.id, self.response.status, self.options.transport).inc()
+        service.metrics.count_response(self.model.id, self.response.status, self.options.transport)
         service.metrics.count_safety(self.safety)
 
     def _log_finished(self) -> None:
@@ -302,6 +316,13 @@ class Turn:
             safety_states=self.safety.states,
             tools=self.tools,
         )
+
+
+def _held(builder: ResponseBuilder, merger: DeltaMerger | None) -> list[Event]:
+    """The events of the text a merger still holds."""
+    if merger is None:
+        return []
+    return [event for delta in merger.flush() for event in feed_delta(builder, delta)]
 
 
 def _uncancel() -> None:

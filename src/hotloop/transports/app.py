@@ -21,6 +21,7 @@ from hotloop.pipeline.service import Service
 from hotloop.transports import http
 from hotloop.transports.conversations import conversation_routes
 from hotloop.transports.websocket import websocket_endpoint
+from hotloop.transports.ws_writer import RawSend
 
 log = logging.getLogger("hotloop")
 
@@ -88,7 +89,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
     ]
     return Starlette(
         routes=routes,
-        middleware=[Middleware(RequestIds)],
+        middleware=[Middleware(RawSend), Middleware(RequestIds)],
         lifespan=lifespan,
         exception_handlers={HotloopError: _hotloop_error, HTTPException: _http_error, Exception: _unexpected},
     )

@@ -32,7 +32,7 @@ from hotloop.pipeline.session import Session, owner_of
 from hotloop.pipeline.turn import Turn, TurnOptions
 from hotloop.transports.auth import authenticate
 from hotloop.transports.paging import page_params
-from hotloop.transports.sse import sse_response
+from hotloop.transports.sse import SendState, sse_response
 from hotloop.wire.codex_catalog import CLIENT_VERSION_PARAM, codex_catalog
 from hotloop.wire.events import Event
 from hotloop.wire.replay import replay_events
@@ -130,7 +130,8 @@ async def create_response(request: Request) -> Response:
     if turn.response.background:
         return await _background(service, session, turn, stream=bool(create.stream))
     if create.stream:
-        return sse_response(turn.events(), done=service.settings.sse_done)
+        state = SendState()
+        return sse_response(turn.events(state.congested), done=service.settings.sse_done, state=state)
     return await _json_result(request, turn)
 
 

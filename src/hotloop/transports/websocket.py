@@ -24,6 +24,7 @@ from hotloop.pipeline.session import Lane, Session, owner_of
 from hotloop.pipeline.turn import TurnOptions
 from hotloop.transports.auth import authenticate, selected_subprotocol
 from hotloop.transports.http import error_response, wants_timings
+from hotloop.transports.ws_writer import FrameWriter
 from hotloop.wire import request as wire_request
 from hotloop.wire.events import SteerFailed, encode_event, websocket_error
 from hotloop.wire.request import CreateRequest
@@ -55,7 +56,7 @@ class Connection:
         self.active = asyncio.Semaphore(settings.ws_max_active)
         self.queues: dict[Lane, asyncio.Queue[Job]] = {}
         self.workers: dict[Lane, asyncio.Task[None]] = {}
-        self.send_lock = asyncio.Lock()
+        self.writer = FrameWriter(websocket)
         self.busy = 0
         self.limit_sent = False
         self.closed = asyncio.Event()
@@ -65,9 +66,7 @@ class Connection:
     # -- sending ---------------------------------------------------------------------------------------------------
 
     async def send(self, data: bytes) -> None:
-        async with self.send_lock:
-            # ASGI carries text frames as str; Codex rejects binary frames (§3.2).
-            await self.ws.send({"type": "websocket.send", "text": data.decode()})
+        await self.writer.send(data)  # the event's bytes as they are, coalesced per loop iteration
 
     async def send_error(self, exc: HotloopError, stream_id: str | None = None) -> None:
         if exc.code == "websocket_connection_limit_reached":
@@ -120,7 +119,7 @@ class Connection:
                 raise HotloopError(f"Unknown event type '{kind}'.", param="type", code="unknown_event_type")
         except QueueFull:
             self.closed.set()
-            await self.ws.close(CLOSE_POLICY, "too many queued response.create events")
+            await self.writer.close(CLOSE_POLICY, "too many queued response.create events")
         except HotloopError as exc:
             await self.send_error(exc)
 
@@ -244,7 +243,9 @@ class Connection:
             return
         response_id = turn.response.id
         sent = 0
-        async with contextlib.aclosing(turn.events()) as events:
+        writer = self.writer
+        congested = (lambda: writer.congested) if writer.direct else None
+        async with contextlib.aclosing(turn.events(congested)) as events:
             async for event in events:
                 await self.send(event.data)
                 sent += 1
@@ -276,14 +277,14 @@ class Connection:
             with contextlib.suppress(Exception):
                 await self.send_error(self.router.connection_limit_error())
         with contextlib.suppress(Exception):
-            await self.ws.close(CLOSE_GOING_AWAY)
+            await self.writer.close(CLOSE_GOING_AWAY)
 
     async def going_away(self) -> None:
         """The end of a shutdown: close 1001 now, whatever is left (every response has ended by then)."""
         if not self.closed.is_set():
             self.closed.set()
             with contextlib.suppress(Exception):
-                await self.ws.close(CLOSE_GOING_AWAY)
+                await self.writer.close(CLOSE_GOING_AWAY)
 
     async def shutdown(self) -> None:
         for task in self.workers.values():
