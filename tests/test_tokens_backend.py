@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
 from conftest import RunningServer, start_server
@@ -333,3 +334,26 @@ def test_tokens_upstream_configuration(tmp_path: Path) -> None:
     chat = Upstream(urls=["http://a/v1", "http://b/v1"])  # openai-chat routes over replicas too
     chat_model = build_registry(Settings(models=["c"], default_model="c", upstreams={"c": chat})).resolve("c")
     assert len(chat_model.backend.router.replicas) == 2
+
+
+def test_a_continuation_encodes_only_its_new_ids() -> None:
+    """The prompt's JSON is its parent's plus the new ids; a prompt that does not extend its parent is encoded whole."""
+    from array import array
+
+    from hotloop.backends.prompt_json import PromptJSON
+
+    prompts = PromptJSON()
+    first = array("i", range(1000))
+    assert msgspec.json.decode(prompts.encode(first, "resp_1", None)) == list(range(1000))
+    second = array("i", range(1500))
+    assert msgspec.json.decode(prompts.encode(second, "resp_2", "resp_1")) == list(range(1500))
+    assert prompts.reused == 1
+    assert msgspec.json.decode(prompts.encode(array("i", range(1500)), "resp_3", "resp_2")) == list(range(1500))
+    assert prompts.reused == 2
+    forked = array("i", [7, *range(1, 1600)])  # not an extension of resp_2: encoded whole
+    assert msgspec.json.decode(prompts.encode(forked, "resp_4", "resp_2")) == forked.tolist()
+    assert prompts.reused == 2
+    small = PromptJSON(max_bytes=10_000)
+    small.encode(first, "a", None)
+    small.encode(second, "b", None)
+    assert small.bytes <= 10_000

@@ -25,6 +25,7 @@ import msgspec
 
 from hotloop.backends.base import BackendError, Delta, Finished, GenerationRequest
 from hotloop.backends.llama import output_schema
+from hotloop.backends.prompt_json import PromptJSON
 from hotloop.backends.tool_parsers import ToolParser, make_parser
 from hotloop.backends.upstream import Retryable, UpstreamBackend, engine_ms, mid_stream_error
 from hotloop.config import Upstream
@@ -39,9 +40,11 @@ class TokensBackend(UpstreamBackend):
         self.name = name
         self.chat = chat
         self.path = PATHS[upstream.dialect]
+        self.prompts = PromptJSON()
 
     def body(self, request: GenerationRequest) -> dict[str, Any]:
-        return request_body(self.upstream.dialect, self.model, request, self.upstream.context_window)
+        ids = self.prompts.encode(request.prompt_tokens, request.response_id, request.previous_response_id)
+        return request_body(self.upstream.dialect, self.model, request, self.upstream.context_window, ids)
 
     def reader(self, request: GenerationRequest) -> _Reader:
         parser = make_parser(self.upstream.tool_parser, request.tools, request.parallel_tool_calls)
@@ -54,11 +57,14 @@ class TokensBackend(UpstreamBackend):
         return 0
 
 
-def request_body(dialect: str, model: str, request: GenerationRequest, context_window: int) -> dict[str, Any]:
-    """The engine's request: the prompt's ids, the output budget, sampling and an output schema if any."""
-    prompt = list(request.prompt_tokens)
+def request_body(
+    dialect: str, model: str, request: GenerationRequest, context_window: int, ids: msgspec.Raw | None = None
+) -> dict[str, Any]:
+    """The engine's request: the prompt's ids (`ids`: already as JSON), the output budget, sampling and an output
+    schema if any."""
+    prompt: msgspec.Raw | list[int] = ids if ids is not None else list(request.prompt_tokens)
     # SGLang refuses prompt + max_new_tokens >= its context length; vLLM and llama.cpp take the whole window.
-    room = context_window - len(prompt) - (1 if dialect == "sglang" else 0)
+    room = context_window - len(request.prompt_tokens) - (1 if dialect == "sglang" else 0)
     budget = request.max_output_tokens or max(1, room)
     sampling: dict[str, Any] = {  # always numbers: older SGLang releases fail on a null knob
         "temperature": request.temperature,

@@ -2,7 +2,9 @@
 first token, the streamed lines, and an engine's failures as `BackendError`s.
 
 `openai_chat.py` (chat messages) and `tokens.py` (token ids) subclass `UpstreamBackend` with their request body and
-their stream reader. One pooled `httpx.AsyncClient` per upstream. A failure before the first token (unreachable,
+their stream reader. One pooled `aiohttp.ClientSession` per upstream: its C parser reads an engine's stream at a
+fraction of the CPU a pure-Python HTTP stack spends per chunk (httpx took a third of a gateway's CPU in front of
+sim-engine; docs/benchmarks.md). A failure before the first token (unreachable,
 5xx, a stall, an error chunk) is retried `retries` times, on another replica when there is one; after it, never
 (the client has seen output). Closing the generator (the client went away, the response was cancelled, hotloop's
 own stall timer) closes the upstream connection, which is how an engine learns to stop generating.
@@ -13,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncGenerator, Coroutine, Sequence
 from typing import Any, Protocol
 
-import httpx
+import aiohttp
 import msgspec
 
 from hotloop.backends.base import BackendError, Delta, Finished, GenerationRequest
@@ -27,8 +29,14 @@ log = logging.getLogger("hotloop.upstream")
 RETRYABLE_STATUS = frozenset({408, 500, 502, 503, 504})
 ERROR_BODY_BYTES = 4096
 # A request that fails this way before any response went out on a connection the engine had closed (a fresh
-# connection that cannot be made fails with ConnectError instead).
-_STALE = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+# connection that cannot be made fails with ClientConnectorError instead).
+_STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+_CONNECT_TIMEOUT: tuple[type[Exception], ...] = tuple(
+    kind for kind in (getattr(aiohttp, "ConnectionTimeoutError", None),) if isinstance(kind, type)
+)
+# aiohttp reads a line of at most twice this: an engine that repeats its whole text in every chunk (SGLang without
+# incremental output) writes long ones.
+READ_BUFFER = 4 << 20
 DRAIN_S = 0.25  # the longest wait for a stream's end after its last event (it normally follows at once)
 _CONTEXT_HINTS = ("context length", "context window", "context size", "too many tokens", "maximum context")
 
@@ -96,7 +104,7 @@ class UpstreamBackend:
             failures=upstream.replica_failures,
             cooldown_s=upstream.down_cooldown_s,
         )
-        self._client: httpx.AsyncClient | None = None
+        self._client: aiohttp.ClientSession | None = None
         self._drains = _Drains()
 
     def body(self, request: GenerationRequest) -> dict[str, Any]:
@@ -106,22 +114,32 @@ class UpstreamBackend:
         """A fresh reader for one attempt."""
         raise NotImplementedError
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> aiohttp.ClientSession:
         # Created on first use, inside the serving event loop its pooled connections belong to.
         if self._client is None:
             up = self.upstream
             headers = {"content-type": "application/json"}
             if up.api_key:
                 headers["authorization"] = f"Bearer {up.api_key}"
-            timeout = httpx.Timeout(up.read_timeout_s, connect=up.connect_timeout_s, pool=up.connect_timeout_s)
-            limits = httpx.Limits(max_connections=up.max_connections, max_keepalive_connections=up.max_connections)
-            self._client = httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers)
+            # `sock_read`: the longest silence between two chunks; no total limit (a long answer is fine).
+            timeout = aiohttp.ClientTimeout(
+                total=None, connect=up.connect_timeout_s, sock_connect=up.connect_timeout_s, sock_read=up.read_timeout_s
+            )
+            connector = aiohttp.TCPConnector(limit=up.max_connections, limit_per_host=up.max_connections)
+            self._client = aiohttp.ClientSession(
+                connector=connector,
+                timeout=timeout,
+                headers=headers,
+                auto_decompress=False,
+                trust_env=False,
+                read_bufsize=READ_BUFFER,
+            )
         return self._client
 
     async def close(self) -> None:
         await self._drains.stop()
         if self._client is not None:
-            await self._client.aclose()
+            await self._client.close()
             self._client = None
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
@@ -161,13 +179,14 @@ class UpstreamBackend:
 
     async def _attempt(self, url: str, payload: bytes, reader: StreamReader) -> AsyncGenerator[Delta, None]:
         client = self._http()
-        response: httpx.Response | None = None
+        response: aiohttp.ClientResponse | None = None
         try:
-            response = await client.send(client.build_request("POST", url, content=payload), stream=True)
-            if response.status_code >= 400:
+            response = await client.post(url, data=payload)
+            if response.status >= 400:
                 raise await status_error(url, response)
-            lines = response.aiter_lines()
-            async for line in lines:
+            content = response.content
+            while raw := await content.readline():
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
                 if line.startswith("error:"):  # llama.cpp's server sends a failure as an `error:` line
                     raise mid_stream_error(line[6:].strip().encode())
                 if not line.startswith("data:"):
@@ -179,46 +198,48 @@ class UpstreamBackend:
                     yield delta
                 if reader.done:
                     break
-            self._drains.spawn(_drain(response, lines))  # off the turn's clock: the connection goes back to the pool
+            self._drains.spawn(_drain(response))  # off the turn's clock: the connection goes back to the pool
             response = None
-        except httpx.TimeoutException as exc:
+        except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors
             limit = self.upstream.read_timeout_s
-            what = "did not connect" if isinstance(exc, httpx.ConnectTimeout) else f"sent nothing for {limit:g} s"
+            what = "did not connect" if isinstance(exc, _CONNECT_TIMEOUT) else f"sent nothing for {limit:g} s"
             raise Retryable(BackendError(f"The upstream engine {what} ({url}).")) from None
-        except httpx.TransportError as exc:
+        except aiohttp.ClientError as exc:
             error = BackendError(f"The upstream engine failed: {type(exc).__name__} {exc} ({url}).")
             if isinstance(exc, _STALE) and response is None:  # no answer yet: the request died on a closed connection
                 raise StaleConnection(error) from None
             raise Retryable(error) from None
         finally:
             if response is not None:  # cut short (an error, the client gone): closing it tells the engine to stop
-                await response.aclose()
+                response.close()
         for delta in reader.end():
             yield delta
 
 
-async def _drain(response: httpx.Response, lines: AsyncIterator[str]) -> None:
+async def _drain(response: aiohttp.ClientResponse) -> None:
     """Read a finished stream's end (llama.cpp's server sends it ~0.4 ms after its last event), so the connection
     goes back to the pool: a response closed unread closes its connection, and each turn would open a new one (a
     TLS handshake to a remote engine). An engine that keeps the stream open past `DRAIN_S` loses the connection."""
     try:
-        with contextlib.suppress(TimeoutError, httpx.HTTPError):
-            async with asyncio.timeout(DRAIN_S):
-                async for _ in lines:
-                    pass
-    finally:
-        await response.aclose()
+        async with asyncio.timeout(DRAIN_S):
+            while await response.content.read(1 << 16):
+                pass
+        response.release()  # read to its end: the connection goes back to the pool
+    except (TimeoutError, aiohttp.ClientError):
+        response.close()
+    except BaseException:
+        response.close()
+        raise
 
 
-async def status_error(url: str, response: httpx.Response) -> Exception:
+async def status_error(url: str, response: aiohttp.ClientResponse) -> Exception:
     """An HTTP error from the engine as a `BackendError` with the closest `response.failed` code."""
-    raw = b""
-    async for piece in response.aiter_bytes():
-        raw += piece
-        if len(raw) >= ERROR_BODY_BYTES:
-            break
+    try:
+        raw = await response.content.read(ERROR_BODY_BYTES)
+    except aiohttp.ClientError:
+        raw = b""
     detail = error_message(raw[:ERROR_BODY_BYTES])
-    status = response.status_code
+    status = response.status
     message = f"The upstream engine answered {status}: {detail}"
     if status == 429:
         return BackendError(message, code="rate_limit_exceeded")
