@@ -11,12 +11,13 @@ import pytest
 
 from conftest import start_server
 from hotloop.bench.clients import TIMING_EVENT, WsClient, kind_of
-from hotloop.bench.floor import due_times, uvicorn_options
+from hotloop.bench.floor import due_times
 from hotloop.bench.load import LoadConfig, Session, largest_under, summarize
 from hotloop.bench.recording import record_rollout
 from hotloop.bench.server_process import FloorProcess
 from hotloop.cli import main
 from hotloop.config import Settings
+from hotloop.transports.stack import uvicorn_options
 from simengine_support import SimEngineProcess
 
 TINY = ["--turns", "3", "--tps", "5000", "--ttft-ms", "2", "--tool-ms", "5", "--context-tokens", "2000"]

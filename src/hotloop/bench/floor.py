@@ -1,13 +1,13 @@
 """The floor server (`hotloop bench load --floor`): hotloop's serving stack with no pipeline, the cost of which is
 what the stack alone costs for the load scenario.
 
-The same uvicorn as `hotloop serve` (uvloop, httptools, websockets-sansio, configured like transports/server.py
-`server_config`) runs a bare ASGI app. On each `response.create` frame it replays the frames a real hotloop server
-sent for that turn of the recorded rollout (bench/recording.py) with fresh response, item and call ids, paced like
-hotloop-sim: output deltas spread so that the last lands at ttft + (output_tokens - 1) / tps after the response was
-announced, as the simulator's clock runs. Its usage is the recorded one, so the client sizes its tool outputs exactly
-as it did against hotloop. The only work left per turn is what any server of this API must do: decode the frame,
-make ids, send the events.
+The same uvicorn as `hotloop serve` (uvloop, httptools, websockets-sansio, with transports/stack.py's options, which
+`server_config` uses too) runs a bare ASGI app. On each `response.create` frame it replays the frames a real
+hotloop server sent for that turn of the recorded rollout (bench/recording.py) with fresh response, item and call
+ids, paced like hotloop-sim: output deltas spread so that the last lands at ttft + (output_tokens - 1) / tps after
+the response was announced, as the simulator's clock runs. Its usage is the recorded one, so the client sizes its
+tool outputs exactly as it did against hotloop. The only work left per turn is what any server of this API must do:
+decode the frame, make ids, send the events.
 
 Run as `python -m hotloop.bench.floor --port N --recording PATH` (server_process.py `FloorProcess`), so that its CPU
 is measured like hotloop's.
@@ -30,12 +30,12 @@ import msgspec
 from hotloop.bench.clients import FIRST_OUTPUT, TIMING_EVENT, kind_of
 from hotloop.bench.recording import Recording
 from hotloop.config import Settings
+from hotloop.transports.stack import uvicorn_options
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 OPENING = frozenset({"response.created", "response.queued", "response.in_progress"})
-GRACEFUL_SHUTDOWN_S = 5  # transports/server.py's, not imported: that module pulls in the whole pipeline
 SLEEP_MIN_S = 0.0005  # hotloop-sim does not sleep for less (backends/sim.py)
 _encode = msgspec.json.Encoder().encode
 
@@ -227,28 +227,6 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
-
-
-def uvicorn_options(settings: Settings) -> dict[str, Any]:
-    """transports/server.py `server_config`'s options (tests/test_bench_load.py checks they stay the same), without
-    importing hotloop's app, whose pipeline the floor does not have."""
-    from hotloop.observability.logs import logging_config
-
-    return {
-        "host": settings.host,
-        "port": settings.port,
-        "loop": "uvloop",
-        "http": "httptools",
-        "ws": "websockets-sansio",
-        "ws_max_size": settings.max_body_bytes,
-        "ws_per_message_deflate": settings.ws_deflate,
-        "ws_ping_interval": settings.ws_ping_interval_s or None,
-        "ws_ping_timeout": settings.ws_ping_interval_s or None,
-        "log_level": settings.log_level,
-        "lifespan": "on",
-        "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
-        "log_config": logging_config(settings),
-    }
 
 
 def main(argv: list[str] | None = None) -> None:

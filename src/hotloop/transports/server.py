@@ -16,14 +16,11 @@ from typing import Any
 import uvicorn
 
 from hotloop.config import Settings
-from hotloop.observability.logs import logging_config
 from hotloop.pipeline.service import Service
 from hotloop.transports.app import create_app
+from hotloop.transports.stack import uvicorn_options
 
 log = logging.getLogger("hotloop.shutdown")
-# After the drain (below) every response has ended and every WebSocket is closed; uvicorn then gets this long to
-# close the remaining HTTP connections before it cancels their tasks.
-GRACEFUL_SHUTDOWN_S = 5
 CUT_WAIT_S = 5.0  # for cut responses to store themselves and send their terminal event
 IDLE_CLOSE_WAIT_S = 1.0  # for idle WebSockets to close themselves once every response has ended
 CLOSE_WAIT_S = 5.0  # for WebSocket clients to answer the server's close frame
@@ -31,22 +28,7 @@ POLL_S = 0.02
 
 
 def server_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
-    options: dict[str, Any] = {
-        "host": settings.host,
-        "port": settings.port,
-        "loop": "uvloop",
-        "http": "httptools",
-        "ws": "websockets-sansio",
-        "ws_max_size": settings.max_body_bytes,
-        "ws_per_message_deflate": settings.ws_deflate,
-        "ws_ping_interval": settings.ws_ping_interval_s or None,
-        "ws_ping_timeout": settings.ws_ping_interval_s or None,
-        "log_level": settings.log_level,
-        "lifespan": "on",
-        "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S,
-        "log_config": logging_config(settings),  # JSON lines with request ids (docs/logging.md)
-    }
-    return uvicorn.Config(create_app(settings), **{**options, **overrides})
+    return uvicorn.Config(create_app(settings), **{**uvicorn_options(settings), **overrides})
 
 
 class Server(uvicorn.Server):
