@@ -255,3 +255,56 @@ def test_llamacpp_chat_timings_are_the_engines_own_time() -> None:
     reader.feed(json.dumps(last))
     finished = reader.end()[-1]
     assert isinstance(finished, Finished) and finished.engine_ms == 10.5
+
+
+def test_a_continuations_messages_are_its_parents_plus_its_new_items() -> None:
+    """The incremental JSON equals a full conversion on every turn: parallel calls merging into the open assistant
+    message, a fork from an older turn, new instructions."""
+    from hotloop.backends.chat_json import MessagesJSON
+
+    def user(text: str) -> Message:
+        return Message(role="user", content=[InputText(text=text)])
+
+    def call(n: int) -> FunctionCall:
+        return FunctionCall(call_id=f"c{n}", name="shell", arguments=f'{{"cmd": "ls {n}"}}')
+
+    encoder = MessagesJSON()
+    items: list[object] = [user("start")]
+    turns = [
+        [call(1), call(2)],  # two parallel calls: one assistant message
+        [FunctionCallOutput(call_id="c1", output="a"), FunctionCallOutput(call_id="c2", output="b"), call(3)],
+        [FunctionCallOutput(call_id="c3", output="c"), Message(role="assistant", content=[OutputText(text="done")])],
+        [user("more"), call(4)],
+    ]
+    parent: str | None = None
+    history: list[list[object]] = []
+    for number, new in enumerate(turns):
+        items = [*items, *new]
+        history.append(items)
+        request = GenerationRequest(
+            prompt_tokens=[],
+            items=list(items),
+            instructions="be brief",
+            response_id=f"r{number}",
+            previous_response_id=parent,
+        )
+        assert msgspec.json.decode(encoder.encode(request)) == chat_messages.messages(request)
+        parent = f"r{number}"
+    assert encoder.reused == len(turns) - 1
+    fork = GenerationRequest(
+        prompt_tokens=[],
+        items=[*history[0], user("other")],
+        instructions="be brief",
+        response_id="f",
+        previous_response_id="r0",
+    )
+    assert msgspec.json.decode(encoder.encode(fork)) == chat_messages.messages(fork)
+    changed = GenerationRequest(
+        prompt_tokens=[],
+        items=[*history[-1], user("x")],
+        instructions="new",
+        response_id="n",
+        previous_response_id="r3",
+    )
+    assert msgspec.json.decode(encoder.encode(changed)) == chat_messages.messages(changed)
+    assert encoder.reused == len(turns)  # the fork reused r0; new instructions build anew

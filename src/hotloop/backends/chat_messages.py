@@ -44,11 +44,12 @@ def messages(request: GenerationRequest) -> list[ChatMessage]:
     if request.instructions:
         out.append({"role": "system", "content": request.instructions})
     for index, item in enumerate(request.items):
-        _append(out, item, f"input[{index}]")
+        append(out, item, f"input[{index}]")
     return out
 
 
-def _append(out: list[ChatMessage], item: ContextItem, param: str) -> None:
+def append(out: list[ChatMessage], item: ContextItem, param: str) -> None:
+    """Add `item` to the messages `out`, merging into the last one where one assistant turn continues."""
     if isinstance(item, Message):
         role = "system" if item.role == "developer" else item.role
         if role == "user":

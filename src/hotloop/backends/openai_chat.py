@@ -23,7 +23,9 @@ from hotloop.backends.base import (
     ToolCallStart,
     ToolSpec,
 )
+from hotloop.backends.chat_json import MessagesJSON
 from hotloop.backends.upstream import Retryable, UpstreamBackend, engine_ms, mid_stream_error
+from hotloop.config import Upstream
 
 
 class _Function(msgspec.Struct):
@@ -72,10 +74,14 @@ class OpenAIChatBackend(UpstreamBackend):
 
     path = "/chat/completions"
 
+    def __init__(self, name: str, upstream: Upstream) -> None:
+        super().__init__(name, upstream)
+        self.conversations = MessagesJSON()  # a continuation converts and encodes only its new items
+
     def body(self, request: GenerationRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": chat.messages(request),
+            "messages": self.conversations.encode(request),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
