@@ -356,4 +356,4 @@ def test_a_continuation_encodes_only_its_new_ids() -> None:
     small = PromptJSON(max_bytes=10_000)
     small.encode(first, "a", None)
     small.encode(second, "b", None)
-    assert small.bytes <= 10_000
+    assert small.stored_bytes <= 10_000

@@ -9,12 +9,11 @@ into it (parallel calls, one assistant turn); only the new items are converted a
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import msgspec
 
 from hotloop.backends import chat_messages as chat
 from hotloop.backends.base import GenerationRequest
+from hotloop.backends.lru import ByteLRU
 from hotloop.wire.items import ContextItem
 
 _encode = msgspec.json.encode
@@ -35,23 +34,21 @@ class _State(msgspec.Struct):
 
 class MessagesJSON:
     def __init__(self, max_bytes: int = 32 << 20) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
         self.reused = 0  # conversations built on a parent's messages (tests read it)
-        self._entries: OrderedDict[str, _State] = OrderedDict()
+        self._entries: ByteLRU[_State] = ByteLRU(max_bytes, lambda state: state.size)
 
     def encode(self, request: GenerationRequest) -> msgspec.Raw:
         """`chat.messages(request)` as JSON, remembered under the request's response id for its continuations."""
         state = self._extend(request) or _build(request)
         if request.response_id:
-            self._remember(request.response_id, state)
+            self._entries.put(request.response_id, state)
         if state.last is None:
             return msgspec.Raw(b"[]")
         joiner = b"," if state.closed else b""
         return msgspec.Raw(b"[" + state.closed + joiner + _encode(state.last) + b"]")
 
     def _extend(self, request: GenerationRequest) -> _State | None:
-        parent = self._entries.get(request.previous_response_id) if request.previous_response_id else None
+        parent = self._entries.get(request.previous_response_id)
         items = request.items
         if (
             parent is None
@@ -67,18 +64,6 @@ class MessagesJSON:
         for index in range(parent.count, len(items)):
             chat.append(out, items[index], f"input[{index}]")
         return _state(request, parent.closed, out)
-
-    def _remember(self, response_id: str, state: _State) -> None:
-        if state.size > self.max_bytes:
-            return
-        old = self._entries.pop(response_id, None)
-        if old is not None:
-            self.bytes -= old.size
-        self._entries[response_id] = state
-        self.bytes += state.size
-        while self.bytes > self.max_bytes:
-            _, dropped = self._entries.popitem(last=False)
-            self.bytes -= dropped.size
 
 
 def _build(request: GenerationRequest) -> _State:

@@ -9,31 +9,39 @@ only the new ids are encoded and appended; the prefix is checked id for id (one 
 from __future__ import annotations
 
 from array import array
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import msgspec
 
+from hotloop.backends.lru import ByteLRU
+
 _encode = msgspec.json.encode
+_Entry = tuple["array[int]", bytes]  # the prompt's ids, their JSON
+
+
+def _size(entry: _Entry) -> int:
+    return len(entry[0]) * 4 + len(entry[1])
 
 
 class PromptJSON:
     def __init__(self, max_bytes: int = 32 << 20) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
         self.reused = 0  # prompts encoded from a parent's JSON (tests read it)
-        self._entries: OrderedDict[str, tuple[array[int], bytes]] = OrderedDict()
+        self._entries: ByteLRU[_Entry] = ByteLRU(max_bytes, _size)
+
+    @property
+    def stored_bytes(self) -> int:
+        return self._entries.bytes
 
     def encode(self, prompt: Sequence[int], response_id: str, parent_id: str | None) -> msgspec.Raw:
         """`prompt` as a JSON array, remembered under `response_id` for its continuations."""
         ids = prompt if isinstance(prompt, array) and prompt.typecode == "i" else array("i", prompt)
         text = self._extend(ids, parent_id) or _encode(ids.tolist())
         if response_id:
-            self._remember(response_id, ids, text)
+            self._entries.put(response_id, (ids, text))
         return msgspec.Raw(text)
 
     def _extend(self, ids: array[int], parent_id: str | None) -> bytes | None:
-        entry = self._entries.get(parent_id) if parent_id else None
+        entry = self._entries.get(parent_id)
         if entry is None:
             return None
         known, text = entry
@@ -44,16 +52,3 @@ class PromptJSON:
         if len(ids) == size:
             return text
         return text[:-1] + b"," + _encode(ids[size:].tolist())[1:]
-
-    def _remember(self, response_id: str, ids: array[int], text: bytes) -> None:
-        size = len(ids) * 4 + len(text)
-        if size > self.max_bytes:
-            return
-        old = self._entries.pop(response_id, None)
-        if old is not None:
-            self.bytes -= len(old[0]) * 4 + len(old[1])
-        self._entries[response_id] = (ids, text)
-        self.bytes += size
-        while self.bytes > self.max_bytes:
-            _, (known, dropped) = self._entries.popitem(last=False)
-            self.bytes -= len(known) * 4 + len(dropped)

@@ -16,7 +16,7 @@ from hotloop.observability.timings import StageTimings
 from hotloop.pipeline import conversations
 from hotloop.pipeline.context import ChainState, call_ids_of
 from hotloop.pipeline.normalize import normalize_input
-from hotloop.pipeline.prompt import check_fits, render_prompt
+from hotloop.pipeline.prompt import render_prompt
 from hotloop.pipeline.resolve import count_calls, expand_references, resolve_parent
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Session
@@ -73,9 +73,9 @@ async def _prepare(
         if history:
             conversations.check_new_ids(history, new_items)
         call_ids = check_new_items(new_items, known, service.secret)
-        check_fits(model, request, new_items)
-    # Rendered before the safety scan: a prompt too long for the window is refused once the tokenizer (off the
-    # event loop, GIL released) has counted it, before regexes run over megabytes of it on the GIL.
+    # Rendered before the safety scan: a prompt too long for the window is refused from its length (`token_floor`)
+    # or once the tokenizer (off the event loop, GIL released) has counted it, before regexes run over megabytes
+    # of it on the GIL.
     with timings.stage("render"):
         prompted = [*history, *new_items] if history else new_items
         prompt, rendered = await render_prompt(service.renderer, model, request, tools.specs, parent, prompted)

@@ -16,7 +16,7 @@ from hotloop.backends.base import ToolSpec
 from hotloop.errors import InvalidParam
 from hotloop.models import Model
 from hotloop.pipeline.context import ChainState
-from hotloop.pipeline.render import Chat, item_messages, system_message, text_chars
+from hotloop.pipeline.render import Chat, item_messages, system_message
 from hotloop.pipeline.tokens import PromptRenderer, Rendered, token_floor
 from hotloop.wire.items import ContextItem
 from hotloop.wire.request import CreateRequest
@@ -64,16 +64,6 @@ async def render_prompt(
         return prompt, state
     items = [*(parent.context if parent else ()), *new_items]
     return await _truncated(renderer, model, request, system, items, len(prompt)), None
-
-
-def check_fits(model: Model, request: CreateRequest, new_items: Sequence[ContextItem]) -> None:
-    """Refuse new input that cannot fit the window from its text's length alone: before the safety scan and the
-    tokenizer spend seconds on megabytes of it (issue 11). Free for an upstream chat model: its engine decides."""
-    if model.takes_messages or request.truncation == "auto":
-        return
-    per_token = getattr(model.chat.tokenizer, "max_token_chars", 0)
-    if per_token:
-        _check_floor(model, request, text_chars(new_items) // per_token)
 
 
 def _check_floor(model: Model, request: CreateRequest, floor: int) -> None:

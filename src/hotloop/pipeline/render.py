@@ -270,26 +270,6 @@ def other_item_text(item: OtherItem) -> str:
 Chat = dict[str, str]  # one template message: {"role", "content"}
 
 
-def text_chars(items: Iterable[ContextItem]) -> int:
-    """The characters of text the items put in the prompt (message text, call arguments and inputs, tool outputs),
-    counted without rendering: a cheap size from which a prompt that cannot fit is refused (pipeline/prompt.py)."""
-    total = 0
-    for item in items:
-        if isinstance(item, Message):
-            total += _parts_chars(item.content)
-        elif isinstance(item, FunctionCall):
-            total += len(item.arguments)
-        elif isinstance(item, CustomToolCall):
-            total += len(item.input)
-        elif isinstance(item, FunctionCallOutput | CustomToolCallOutput):
-            total += len(item.output) if isinstance(item.output, str) else _parts_chars(item.output)
-    return total
-
-
-def _parts_chars(parts: Iterable[Any]) -> int:
-    return sum(len(part.text) for part in parts if isinstance(part, InputText | OutputText))
-
-
 def system_message(instructions: str | None, tools: Iterable[ToolSpec]) -> Chat | None:
     """The system message: instructions, then the tool list; None when there is neither."""
     tools = tuple(tools)

@@ -189,7 +189,7 @@ class PromptRenderer:
         missing = [index for index, part in enumerate(parts) if part is None]
         self.stats.cache_hits += len(parts) - len(missing)
         self.stats.cache_misses += len(missing)
-        texts = [base_text if index == 0 else _segment_text(fmt, base, base_text, [every[index]]) for index in missing]
+        texts = [base_text if index == 0 else fmt.segment_text(base, base_text, [every[index]]) for index in missing]
         if None in texts:
             return await self._fallback(fmt, every), None
         encoded = await self.encoder.encode(fmt, cast(list[str], texts))
@@ -228,7 +228,7 @@ class PromptRenderer:
         if replaced is not None and state.last is state.base:
             return None  # the merge changes the base message itself: only a full render can redo it
         groups = [messages[:-1], messages[-1:]] if len(messages) > 1 else [messages]
-        texts = [_segment_text(fmt, state.base, state.base_text, group) for group in groups]
+        texts = [fmt.segment_text(state.base, state.base_text, group) for group in groups]
         if None in texts:
             return None
         encoded = await self.encoder.encode(fmt, cast(list[str], texts))
@@ -266,11 +266,6 @@ class PromptRenderer:
         if count:
             self.stats.fallbacks += 1
         return await self.tokens(fmt, messages)
-
-
-def _segment_text(fmt: ChatFormat, base: Chat, base_text: str, messages: Sequence[Chat]) -> str | None:
-    """The text `messages` add after the base message, or None when the template does not render it as a suffix."""
-    return fmt.segment_text(base, base_text, messages)
 
 
 def _starts_at_boundary(fmt: ChatFormat, tokens: array[int]) -> bool:
