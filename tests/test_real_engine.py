@@ -34,7 +34,11 @@ class LlamaCppServer:
     def __init__(self, log: Path) -> None:
         self.port = free_port()
         self.log = log
-        command = [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_path()), "--port", str(self.port)]
+        # llama_cpp.server's own entry point, behind hotloop's guard against llama.cpp's AMX kernels (they crash on
+        # some of CI's CPUs: backends/gguf.py).
+        launch = "from hotloop.backends.gguf import avoid_amx_kernels; avoid_amx_kernels(); import runpy; "
+        launch += "runpy.run_module('llama_cpp.server', run_name='__main__')"
+        command = [sys.executable, "-c", launch, "--model", str(smollm2_path()), "--port", str(self.port)]
         command += ["--n_ctx", str(ENGINE_CONTEXT), "--n_threads", "2", "--model_alias", "smollm2"]
         # One request at a time, a new one waiting for the last instead of interrupting it (its default): a request
         # that is still generating then shows as a wait.
