@@ -41,7 +41,7 @@ from hotloop.bench.agent_loop import AgentLoopConfig, request_fields, run_rollou
 from hotloop.bench.clients import MODES, BenchError, open_client
 from hotloop.bench.progress import Progress
 from hotloop.bench.scenario import Rollout, tool_text
-from hotloop.bench.server_process import free_port
+from hotloop.bench.server_process import free_port, process_cpu_seconds
 from hotloop.bench.stats import median, ratio
 
 AGENTIC_VERSION = "0.9.0"
@@ -125,13 +125,12 @@ class Sample:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process (all its threads) and its live children."""
+    """The CPU time of a process (all its threads) and its live children (`process_cpu_seconds`)."""
     root = psutil.Process(pid)
     total = 0.0
     for process in [root, *root.children(recursive=True)]:
         with contextlib.suppress(psutil.Error):
-            times = process.cpu_times()
-            total += times.user + times.system
+            total += process_cpu_seconds(process)
     return total
 
 

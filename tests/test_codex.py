@@ -27,7 +27,7 @@ import pytest
 import hotloop.pipeline.prepare as turn_module
 from conftest import RunningServer, start_server
 from hotloop.observability.logs import RequestIds
-from hotloop.wire.request import CreateRequest
+from hotloop.wire.request import CreateRequest, decode_item
 from metrics_support import Scrape, metrics_url
 
 CODEX_DIR = Path(__file__).parent / "codex"
@@ -131,7 +131,11 @@ def events_of(stdout: str) -> list[dict[str, Any]]:
 
 
 def input_items(request: CreateRequest) -> list[dict[str, Any]]:
-    return [item for item in request.input if isinstance(item, dict)] if isinstance(request.input, list) else []
+    """The request's input items as JSON objects (the pipeline keeps each one raw until it normalizes it)."""
+    if not isinstance(request.input, list):
+        return []
+    items = [decode_item(item) for item in request.input]
+    return [item for item in items if isinstance(item, dict)]
 
 
 @pytest.mark.timeout(CODEX_TIMEOUT_S + NPM_TIMEOUT_S)

@@ -276,12 +276,24 @@ def test_resent_history_hits_token_cache(mserver: RunningServer, http: httpx.Cli
     mid = scrape(mserver)
     hits, misses = lookups(before, mid, "tokens")
     assert hits == 0 and misses >= 2, (hits, misses)  # every message after the first is new
-    create(http, input=history, store=False)
+    assert lookups(before, mid, "resend") == (0, 1)  # no earlier request starts the same way
+    # The same history after another opening message: not a resend of the first request, but every message
+    # after the new first one comes from the token cache.
+    other = [{"type": "message", "role": "user", "content": unique("Hello.")}, *history[1:]]
+    create(http, input=other, store=False)
     after = scrape(mserver)
     hits, misses = lookups(mid, after, "tokens")
-    assert hits >= 2 and misses == 0, (hits, misses)  # the same messages again: all from the cache
+    assert hits >= 2 and misses == 1, (hits, misses)
     assert lookups(mid, after, "render_state") == (0, 1)  # no chain: a full render, from cached messages
     assert after.value("hotloop_token_cache_bytes") > 0
+    # The first history resent with one more message: it starts from that request (pipeline/resend.py), renders
+    # only the new message, and looks nothing up in the token cache.
+    create(http, input=[*history, {"type": "message", "role": "user", "content": unique("And Spain?")}], store=False)
+    last = scrape(mserver)
+    assert lookups(after, last, "resend") == (1, 0)
+    assert lookups(after, last, "render_state") == (1, 0)
+    assert lookups(after, last, "tokens") == (0, 0)
+    assert last.value("hotloop_cache_bytes", cache="resend") > 0
 
 
 # -- connections ----------------------------------------------------------------------------------------------------

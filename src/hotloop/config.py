@@ -54,6 +54,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     retention_max_bytes: int = 0
     workers: int = 0
     api_keys: list[str] = msgspec.field(default_factory=list)
+    allowed_hosts: list[str] = msgspec.field(default_factory=list)
+    allowed_origins: list[str] = msgspec.field(default_factory=list)
     models: list[str] = msgspec.field(default_factory=lambda: ["smollm2-135m", "hotloop-sim"])
     default_model: str = "smollm2-135m"
     max_body_bytes: int = 16 * MiB
@@ -87,6 +89,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ledger_flush_ms: float = 200.0
     ledger_batch: int = 256
     token_cache_bytes: int = 64 * MiB
+    resend_cache_bytes: int = 64 * MiB
     chain_cache_entries: int = 4096
     chain_cache_bytes: int = 256 * MiB
     connection_cache_bytes: int = 64 * MiB
@@ -128,6 +131,10 @@ HELP: dict[str, str] = {
     "process); they share the store and the "
     "data_dir secret (each has its own caches and metrics).",
     "api_keys": "Comma-separated API keys; empty accepts any credential or none.",
+    "allowed_hosts": "While bound to a loopback address: Host names (name or name:port) answered besides localhost, "
+    "127.0.0.1, [::1] and the bind address; others get 421 (* allows any).",
+    "allowed_origins": "Origins (scheme://host:port) whose pages may open a WebSocket or send state-changing "
+    "requests, besides the server's own; others get 403 (* allows any).",
     "models": "Comma-separated models to serve: smollm2-135m, hotloop-sim, or a name defined in `upstreams`.",
     "default_model": "Model used when a request names none.",
     "max_body_bytes": "Largest HTTP body or WebSocket frame accepted (413 / close 1009 beyond).",
@@ -162,6 +169,8 @@ HELP: dict[str, str] = {
     "ledger_flush_ms": "Usage ledger: longest wait before a batch of records is written to the store.",
     "ledger_batch": "Usage ledger: most records written in one batch.",
     "token_cache_bytes": "Bound of the content-addressed token cache for HTTP requests that resend history.",
+    "resend_cache_bytes": "Bound of the recent inputs of requests that resend their whole history, by key: a "
+    "request that starts with one is prepared from it (0: none).",
     "chain_cache_entries": "Stored chains kept in memory for HTTP continuations on this process (0: none).",
     "chain_cache_bytes": "Byte bound of the in-memory chain cache; least recently used chains go first.",
     "connection_cache_bytes": "Byte bound of all WebSocket connection caches on this process together (LRU).",

@@ -68,6 +68,26 @@ class Unauthorized(HotloopError):
         super().__init__(message)
 
 
+class InvalidHost(HotloopError):
+    """421: a `Host` this loopback server does not answer to (DNS rebinding; protocol.md §1.1)."""
+
+    status = 421
+    code = "invalid_host"
+
+    def __init__(self, host: str) -> None:
+        super().__init__(f"The Host header '{host}' is not an allowed host of this server (allowed_hosts).")
+
+
+class OriginNotAllowed(HotloopError):
+    """403: a WebSocket upgrade or a state-changing request from a foreign web page (protocol.md §1.1)."""
+
+    status = 403
+    code = "origin_not_allowed"
+
+    def __init__(self, origin: str) -> None:
+        super().__init__(f"Requests from the origin '{origin}' are not allowed (allowed_origins).")
+
+
 class RequestTooLarge(HotloopError):
     status = 413
     code = "request_too_large"

@@ -17,11 +17,15 @@ class ByteLRU(Generic[V]):
     def __init__(self, max_bytes: int, size_of: Callable[[V], int]) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
+        self.evictions = 0  # values dropped for space
         self._size_of = size_of
         self._entries: OrderedDict[str, V] = OrderedDict()
 
     def get(self, key: str | None) -> V | None:
         return self._entries.get(key) if key else None
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def put(self, key: str, value: V) -> None:
         size = self._size_of(value)
@@ -35,3 +39,4 @@ class ByteLRU(Generic[V]):
         while self.bytes > self.max_bytes:
             _, dropped = self._entries.popitem(last=False)
             self.bytes -= self._size_of(dropped)
+            self.evictions += 1

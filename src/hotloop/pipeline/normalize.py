@@ -6,6 +6,7 @@ A replayed item must render like the original, so ids and statuses are kept only
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -20,7 +21,7 @@ from hotloop.wire.items import (
     Message,
     OtherItem,
 )
-from hotloop.wire.request import param_of
+from hotloop.wire.request import decode_item, param_of
 
 _ID_PREFIX = {
     "message": "msg",
@@ -31,6 +32,8 @@ _ID_PREFIX = {
     "reasoning": "rs",
     "compaction": "cmp",
 }
+
+_PREFIX_OF: dict[type[Any], str] = {KNOWN_ITEM_TYPES[kind]: prefix for kind, prefix in _ID_PREFIX.items()}
 
 
 def _message_content(raw: dict[str, Any], param: str) -> dict[str, Any]:
@@ -53,8 +56,10 @@ def _message_content(raw: dict[str, Any], param: str) -> dict[str, Any]:
     return raw
 
 
-def normalize_item(raw: Any, param: str) -> ContextItem | ItemReference:
-    """One input item → its typed form; raises `InvalidParam` naming `input[i]…`."""
+def normalize_item(raw: Any, param: str, *, ids: bool = True) -> ContextItem | ItemReference:
+    """One input item (raw JSON or decoded) → its typed form; raises `InvalidParam` naming `input[i]…`.
+    `ids=False` leaves an item without an id as it is (`assign_ids` gives it one)."""
+    raw = decode_item(raw)
     if not isinstance(raw, dict):
         raise InvalidParam("Each input item must be an object.", param=param, code="invalid_type")
     kind = raw.get("type")
@@ -81,23 +86,40 @@ def normalize_item(raw: Any, param: str) -> ContextItem | ItemReference:
         raise InvalidParam(f"Invalid value for '{where}': {message}.", param=where, code=code) from None
     if isinstance(item, ItemReference):
         return item  # expanded by the resolve stage, which can reach the store
-    return _with_id(item, kind)
-
-
-def _with_id(item: Any, kind: str) -> Any:
-    """Stored items carry an id and a status (input_items lists them); neither changes how an item renders."""
-    changes: dict[str, Any] = {}
-    if getattr(item, "id", None) is None and kind in _ID_PREFIX:
-        changes["id"] = new_id(_ID_PREFIX[kind])
+    # Stored items carry an id and a status (input_items lists them); neither changes how an item renders.
     if hasattr(item, "status") and item.status is None:
-        changes["status"] = "completed"
-    return msgspec.structs.replace(item, **changes) if changes else item
+        item = msgspec.structs.replace(item, status="completed")
+    return _with_id(item) if ids else item
 
 
-def normalize_input(value: str | list[dict[str, Any]] | None) -> list[ContextItem | ItemReference]:
-    """The request's `input`: a string is one user message; `None` and `[]` are no items."""
+def _with_id(item: Any) -> Any:
+    prefix = _PREFIX_OF.get(type(item))
+    if prefix is None or getattr(item, "id", None) is not None:
+        return item
+    return msgspec.structs.replace(item, id=new_id(prefix))
+
+
+def assign_ids(items: Sequence[ContextItem | ItemReference]) -> list[ContextItem | ItemReference]:
+    """Each item the client sent without an id gets a new one (every request's input items have their own)."""
+    return [_with_id(item) for item in items]
+
+
+def reissue_ids(items: Sequence[ContextItem], positions: Sequence[int]) -> list[ContextItem]:
+    """A copy of `items` with a new id at each of `positions` (ids hotloop generated for an earlier request)."""
+    out = list(items)
+    for index in positions:
+        item = out[index]
+        out[index] = msgspec.structs.replace(item, id=new_id(_PREFIX_OF[type(item)]))
+    return out
+
+
+def normalize_input(
+    value: str | Sequence[Any] | None, start: int = 0, *, ids: bool = True
+) -> list[ContextItem | ItemReference]:
+    """The request's `input` (from its item `start` on): a string is one user message; `None` and `[]` are no
+    items. `ids=False`: see `normalize_item`."""
     if value is None:
         return []
     if isinstance(value, str):
         return [Message(role="user", content=[InputText(text=value)], id=new_id("msg"))]
-    return [normalize_item(raw, f"input[{index}]") for index, raw in enumerate(value)]
+    return [normalize_item(value[index], f"input[{index}]", ids=ids) for index in range(start, len(value))]

@@ -6,7 +6,9 @@ resolves the previous state (a chain or a conversation), normalizes, scans and r
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
+
+import msgspec
 
 from hotloop.backends.base import GenerationRequest
 from hotloop.errors import HotloopError
@@ -15,8 +17,8 @@ from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
 from hotloop.pipeline import conversations
 from hotloop.pipeline.context import ChainState, call_ids_of
-from hotloop.pipeline.normalize import normalize_input
-from hotloop.pipeline.prompt import render_prompt
+from hotloop.pipeline.prompt import PromptBase, base_of, render_prompt
+from hotloop.pipeline.resend import MIN_ITEMS, Resent, input_items, raw_bytes_of
 from hotloop.pipeline.resolve import count_calls, expand_references, resolve_parent
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Session
@@ -24,6 +26,8 @@ from hotloop.pipeline.tools import ToolChoice, resolve_tool_choice, resolve_tool
 from hotloop.pipeline.turn import DEFAULT_OPTIONS, Turn, TurnOptions
 from hotloop.pipeline.validate import check_new_items, check_request
 from hotloop.safety import SafetyStates
+from hotloop.safety.stage import SafetyResult
+from hotloop.wire.items import ContextItem, ItemReference
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import Response
 
@@ -56,8 +60,10 @@ async def _prepare(
     with timings.stage("validate"):
         check_request(request, websocket=options.websocket)
         model = service.models.resolve(request.model)
-        raw_items = normalize_input(request.input)
         conversation_id = conversations.conversation_id_of(request)
+        resent = _resent(service, session, request, conversation_id)
+        skip = len(resent.raw) if resent is not None else 0
+        raw_items, generated = input_items(request, resent)
     with timings.stage("resolve"):
         parent = await resolve_parent(service, session, request.previous_response_id)
         # A conversation's items come first, read whole every turn (it can be edited between turns).
@@ -66,22 +72,39 @@ async def _prepare(
     with timings.stage("validate"):
         if parent is not None and parent.tools is not None and parent.request.tools == request.tools:
             tools = parent.tools  # validated once per chain, again only when a request changes them
+        elif resent is not None and resent.tools == request.tools:
+            tools = resent.resolved_tools
         else:
             tools = resolve_tools(request.tools)
         choice = resolve_tool_choice(request.tool_choice, tools)
-        known = parent.call_ids if parent is not None else call_ids_of(history)
+        known = parent.call_ids if parent is not None else resent.calls if resent else call_ids_of(history)
         if history:
             conversations.check_new_ids(history, new_items)
-        call_ids = check_new_items(new_items, known, service.secret)
+        call_ids = check_new_items(new_items[skip:], known, service.secret)
     # Rendered before the safety scan: a prompt too long for the window is refused from its length (`token_floor`)
     # or once the tokenizer (off the event loop, GIL released) has counted it, before regexes run over megabytes
     # of it on the GIL.
     with timings.stage("render"):
         prompted = [*history, *new_items] if history else new_items
-        prompt, rendered = await render_prompt(service.renderer, model, request, tools.specs, parent, prompted)
+        base = base_of(parent) if resent is None else PromptBase(new_items[:skip], resent.rendered, resent.chat)
+        prompt, rendered = await render_prompt(service.renderer, model, request, tools.specs, base, prompted[skip:])
     with timings.stage("safety"):
-        states = _safety_states(service, parent)
-        safety = await service.safety.scan_async(states, new_items, service.tokenize_pool)
+        safety = await _scan(service, parent, resent, new_items)
+    if _rememberable(request, parent, conversation_id, raw_items[skip:]):
+        raw = cast(list[msgspec.Raw], request.input)
+        entry = Resent(
+            raw=raw,
+            items=cast(list[ContextItem], raw_items),
+            generated=generated,
+            calls=call_ids,
+            safety=safety,
+            rendered=rendered,
+            chat=model.chat,
+            tools=request.tools,
+            resolved_tools=tools,
+            raw_bytes=raw_bytes_of(raw, resent),
+        )
+        service.resent.remember(session.owner, entry)
     calls_so_far = (parent.calls_in_context if parent is not None else 0) + count_calls(prompted)
     response = _new_response(request, model, tools.echo, choice)
     if conversation_id is not None:
@@ -136,6 +159,35 @@ def _text_config(text: dict[str, Any] | None) -> dict[str, Any]:
         # The echoed format always has `description` and `strict` (OR `JsonSchemaResponseFormat` requires them).
         config["format"] = {**fmt, "description": fmt.get("description"), "strict": fmt.get("strict") is True}
     return config
+
+
+def _resent(service: Service, session: Session, request: CreateRequest, conversation: str | None) -> Resent | None:
+    """The earlier request whose input this one's starts with (pipeline/resend.py): only for a request that
+    neither continues a chain nor a conversation."""
+    if request.previous_response_id or conversation or not isinstance(request.input, list):
+        return None
+    return service.resent.match(session.owner, request.input)
+
+
+def _rememberable(
+    request: CreateRequest, parent: ChainState | None, conversation: str | None, fresh: list[Any]
+) -> bool:
+    """Whether a later request may start from this one's input: neither a continuation nor a conversation, nor
+    an item copied from the store (`fresh`: the items not taken from an earlier request)."""
+    if parent is not None or conversation or not isinstance(request.input, list) or len(request.input) < MIN_ITEMS:
+        return False
+    return not any(isinstance(item, ItemReference) for item in fresh)
+
+
+async def _scan(
+    service: Service, parent: ChainState | None, resent: Resent | None, new_items: list[ContextItem]
+) -> SafetyResult:
+    """The safety scan of the new items; of a resent history, only what follows the earlier request's input."""
+    if resent is None:
+        return await service.safety.scan_async(_safety_states(service, parent), new_items, service.tokenize_pool)
+    skip = len(resent.raw)
+    later = await service.safety.scan_async(resent.safety.states, new_items[skip:], service.tokenize_pool)
+    return resent.safety.then(later, skip)
 
 
 def _safety_states(service: Service, parent: ChainState | None) -> SafetyStates | None:

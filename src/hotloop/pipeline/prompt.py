@@ -11,15 +11,31 @@ from __future__ import annotations
 from array import array
 from collections.abc import Sequence
 from itertools import chain
+from typing import NamedTuple
 
 from hotloop.backends.base import ToolSpec
 from hotloop.errors import InvalidParam
 from hotloop.models import Model
 from hotloop.pipeline.context import ChainState
-from hotloop.pipeline.render import Chat, item_messages, system_message
+from hotloop.pipeline.render import Chat, ChatFormat, item_messages, system_message
 from hotloop.pipeline.tokens import PromptRenderer, Rendered, token_floor
 from hotloop.wire.items import ContextItem
 from hotloop.wire.request import CreateRequest
+
+
+class PromptBase(NamedTuple):
+    """What a prompt continues: the items before the new input, and how far they are already rendered."""
+
+    context: Sequence[ContextItem]  # every item before the new input
+    rendered: Rendered | None  # token ids of context minus `pending`
+    chat: ChatFormat | None  # the format `rendered` was rendered with
+    pending: Sequence[ContextItem] = ()  # the last items of context, not in `rendered` (a parent's output)
+
+
+def base_of(parent: ChainState | None) -> PromptBase | None:
+    if parent is None:
+        return None
+    return PromptBase(parent.context, parent.rendered, parent.model.chat, parent.response.output)
 
 
 async def render_prompt(
@@ -27,11 +43,12 @@ async def render_prompt(
     model: Model,
     request: CreateRequest,
     tools: Sequence[ToolSpec],
-    parent: ChainState | None,
+    base: PromptBase | None,
     new_items: list[ContextItem],
 ) -> tuple[array[int], Rendered | None]:
     """The prompt's token ids and the rendered state a continuation of this turn can extend.
 
+    `base`: a parent's chain, or an earlier request's input that this one resends (pipeline/resend.py).
     A model whose backend takes messages (an upstream engine) gets no tokens: its engine renders and tokenizes.
     """
     if model.takes_messages:
@@ -40,29 +57,29 @@ async def render_prompt(
     # vLLM, the choice limits what may be called, not what the model reads, so a turn that changes it shares the
     # chain's prefix and the engine's prefix cache still hits.
     source = (request.instructions, tuple(tools))
-    reusable = parent.rendered if parent is not None else None
+    reusable = base.rendered if base is not None else None
     # The tool list is rendered once per chain: again only when instructions or offered tools change.
     system = reusable.system if reusable is not None and reusable.source == source else system_message(*source)
     fmt = model.chat
     prompt: array[int] | None = None
     state: Rendered | None = None
-    if parent is not None and parent.rendered is not None and parent.model.chat is fmt:
-        rendered = parent.rendered
+    if base is not None and base.rendered is not None and base.chat is fmt:
+        rendered = base.rendered
         if rendered.system == system:
-            replaced, messages = item_messages([*parent.response.output, *new_items], after=rendered.last)
+            replaced, messages = item_messages([*base.pending, *new_items], after=rendered.last)
             kept = rendered.last_start if replaced is not None else rendered.length
             _check_floor(model, request, kept + token_floor(fmt, messages))
             result = await renderer.extend(fmt, rendered, replaced, messages)
             if result is not None:
                 prompt, state = result
     if prompt is None:
-        history: Sequence[ContextItem] = parent.context if parent is not None else ()
+        history: Sequence[ContextItem] = base.context if base is not None else ()
         messages = item_messages(chain(history, new_items))[1]
         _check_floor(model, request, token_floor(fmt, [system, *messages] if system else messages))
         prompt, state = await renderer.full(fmt, system, messages, source)
     if len(prompt) < model.context_window:
         return prompt, state
-    items = [*(parent.context if parent else ()), *new_items]
+    items = [*(base.context if base else ()), *new_items]
     return await _truncated(renderer, model, request, system, items, len(prompt)), None
 
 

@@ -18,6 +18,7 @@ from hotloop.pipeline.budget import StateLRU
 from hotloop.pipeline.chains import ChainCache
 from hotloop.pipeline.drain import Drain
 from hotloop.pipeline.limits import ConnectionSlots, RateLimiter
+from hotloop.pipeline.resend import ResendCache
 from hotloop.pipeline.session import Lane, Session
 from hotloop.pipeline.tokens import Encoder, PromptRenderer, TokenCache
 from hotloop.safety import SafetyStage
@@ -53,6 +54,7 @@ class Service:
         self.renderer = PromptRenderer(
             TokenCache(settings.token_cache_bytes), encoder=Encoder(executor=self.tokenize_pool)
         )
+        self.resent = ResendCache(settings.resend_cache_bytes)  # resent histories recognized (pipeline/resend.py)
         self.chains = ChainCache(settings.chain_cache_entries, settings.chain_cache_bytes)
         self.connection_cache = CacheCounter()  # previous_response_id found in the connection's own cache
         # Every WebSocket connection's lane entries together, LRU under one byte bound (docs/reliability.md).
@@ -78,11 +80,13 @@ class Service:
             "render_state": (stats.chain_hits, stats.full_renders),
             "tokens": (stats.cache_hits, stats.cache_misses),
             "safety": (self.safety.cache_hits, self.safety.cache_misses),
+            "resend": (self.resent.hits, self.resent.misses),
         }
 
     def _cache_sizes(self) -> dict[str, CacheSize]:
-        tokens, states = self.renderer.cache, self.connection_states
+        tokens, states, resent = self.renderer.cache, self.connection_states, self.resent
         return {
+            "resend": CacheSize(resent.bytes, resent.max_bytes, len(resent), resent.evictions),
             "chain": CacheSize(self.chains.bytes, self.chains.max_bytes, len(self.chains), self.chains.evictions),
             "connection": CacheSize(states.bytes, states.max_bytes, len(states), states.evictions),
             "tokens": CacheSize(tokens.bytes, tokens.max_bytes, len(tokens), tokens.evictions),

@@ -40,6 +40,16 @@ class SafetyResult(msgspec.Struct, frozen=True, kw_only=True):
     states: SafetyStates  # the chain's states after these items: the next turn's input
     elapsed_s: float = 0.0  # time.perf_counter() around the scan
 
+    def then(self, later: SafetyResult, offset: int) -> SafetyResult:
+        """One scan of two batches: `later` was scanned from this result's states, `offset` items after it."""
+        moved = tuple(msgspec.structs.replace(finding, index=finding.index + offset) for finding in later.findings)
+        return SafetyResult(
+            verdict=worst([self.verdict, later.verdict]),
+            findings=self.findings + moved,
+            states=later.states,
+            elapsed_s=later.elapsed_s,
+        )
+
     def summary(self) -> str:
         """One line for the `hotloop_safety` metadata value: verdict, then `classifier:rule@index` per finding."""
         text: str = self.verdict

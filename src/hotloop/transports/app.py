@@ -20,6 +20,7 @@ from hotloop.observability.logs import RequestIds
 from hotloop.pipeline.service import Service
 from hotloop.transports import http
 from hotloop.transports.conversations import conversation_routes
+from hotloop.transports.doors import Doors, DoorsMiddleware
 from hotloop.transports.websocket import websocket_endpoint
 from hotloop.transports.ws_writer import RawSend
 
@@ -89,7 +90,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
     ]
     return Starlette(
         routes=routes,
-        middleware=[Middleware(RawSend), Middleware(RequestIds)],
+        middleware=[Middleware(DoorsMiddleware, doors=Doors.of(settings)), Middleware(RawSend), Middleware(RequestIds)],
         lifespan=lifespan,
         exception_handlers={HotloopError: _hotloop_error, HTTPException: _http_error, Exception: _unexpected},
     )

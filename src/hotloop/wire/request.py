@@ -22,7 +22,9 @@ class CreateRequest(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=T
     """
 
     model: str | None = None
-    input: str | list[dict[str, Any]] | None = None
+    # Each item stays raw JSON until the normalize stage decodes it: a resent history's items already seen are
+    # recognized by their bytes and never decoded again (pipeline/resend.py).
+    input: str | list[msgspec.Raw] | None = None
     instructions: str | None = None
     previous_response_id: str | None = None
     tools: list[dict[str, Any]] | None = None
@@ -65,7 +67,7 @@ class ClientEvent(msgspec.Struct, forbid_unknown_fields=False):
 class AppendEvent(msgspec.Struct, forbid_unknown_fields=False):
     """Legacy `response.append` (protocol.md §3.6)."""
 
-    input: str | list[dict[str, Any]] | None = None
+    input: str | list[msgspec.Raw] | None = None
 
 
 class SteerEvent(msgspec.Struct, forbid_unknown_fields=False):
@@ -113,6 +115,21 @@ def _decode(decoder: msgspec.json.Decoder[Any], data: bytes | str) -> Any:
         raise InvalidJSON(f"We could not parse the JSON body of your request: {exc}.") from None
     except RecursionError:  # msgspec's own guard against deep nesting
         raise InvalidJSON(_TOO_DEEP) from None
+
+
+_item_decoder = msgspec.json.Decoder()
+
+
+def decode_item(raw: Any) -> Any:
+    """An input item as Python objects: a raw item from the wire is decoded here, once; anything else is as is."""
+    if not isinstance(raw, msgspec.Raw):
+        return raw
+    try:
+        return _item_decoder.decode(raw)
+    except RecursionError:
+        raise InvalidJSON(_TOO_DEEP) from None
+    except msgspec.DecodeError as exc:  # the body's decode already checked the syntax; kept for safety
+        raise InvalidJSON(f"We could not parse the JSON body of your request: {exc}.") from None
 
 
 def decode_body(decoder: msgspec.json.Decoder[Any], data: bytes | str) -> Any:
