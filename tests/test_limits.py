@@ -113,7 +113,7 @@ def test_connection_slots() -> None:
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running = start_server(
         tmp_path_factory.mktemp("ratelimited"),
-        api_keys=["key-a", "key-b", "key-c"],
+        api_keys=["key-a", "key-b", "key-c", "key-d"],
         models=[SIM],
         rate_limit_rpm=2,
         max_connections=2,
@@ -147,6 +147,20 @@ def test_http_requests_per_minute(limited: RunningServer) -> None:
     with pytest.raises(openai.RateLimitError) as info:
         limited.client("key-a").responses.create(model=SIM, input="hi")
     assert info.value.code == "rate_limit_exceeded"
+
+
+def test_compact_is_counted_like_a_create(limited: RunningServer) -> None:
+    """POST /v1/responses/compact generates (a summary): it takes from the same per-key budget as a create."""
+    history = [{"role": "user", "content": "Fix the bug."}, {"role": "assistant", "content": "Done."}]
+    with limited.http("key-d") as http:
+        assert http.post("/responses", json={"model": SIM, "input": "hi", "store": False}).status_code == 200
+        compacted = http.post("/responses/compact", json={"model": SIM, "input": history})
+        assert compacted.status_code == 200, compacted.text
+        error = error_of(
+            http.post("/responses/compact", json={"model": SIM, "input": history}), 429, "rate_limit_exceeded", None
+        )
+        assert error["type"] == "requests"
+        error_of(http.post("/responses", json={"model": SIM, "input": "hi"}), 429, "rate_limit_exceeded", None)
 
 
 def test_websocket_rate_limit_is_an_error_event(limited: RunningServer) -> None:

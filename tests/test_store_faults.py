@@ -135,6 +135,9 @@ def test_store_unreachable(kind: str, tmp_path: Path, cleanup: list[tuple[str, s
             error_of(http.delete(f"/responses/{stored_id}"), 503, "store_unavailable", None)
             error_of(create(http, previous_response_id="resp_unknown"), 503, "store_unavailable", None)
             error_of(http.get("/usage"), 503, "store_unavailable", None)
+            # Over WebSocket too: a store:true create is refused before it generates, as an error event on its lane.
+            frame = ws.error(model="hotloop-sim", input="stored?", store=True, stream_id="stored")
+            assert (frame["status"], frame["error"]["code"], frame["stream_id"]) == (503, "store_unavailable", "stored")
             # WebSocket store:false: the chain goes on from the connection's cache.
             ws_ids = []
             for n in range(3):

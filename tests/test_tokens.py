@@ -90,9 +90,9 @@ class WorkCounter:
             self.chars += len(text)
             return encode(text)
 
-        def counting_validate(items: Any, *args: Any) -> Any:
+        def counting_validate(items: Any, *args: Any, **kwargs: Any) -> Any:
             self.items_validated += len(items)
-            return validate(items, *args)
+            return validate(items, *args, **kwargs)
 
         monkeypatch.setattr(tokenizer, "encode", counting_encode)
         monkeypatch.setattr(turn_module, "check_new_items", counting_validate)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from hotloop.bench.clients import MODES, BenchError
+from hotloop.bench.scenario import HISTORY_SHAPES
 from hotloop.config import Upstream, available_cores
 
 if TYPE_CHECKING:
@@ -137,6 +138,13 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="comma-separated history sizes in tokens",
     )
     over.add_argument("--samples", type=_positive(int), default=30, help="continuations timed per mode and size")
+    over.add_argument(
+        "--history",
+        choices=HISTORY_SHAPES,
+        default="tools",
+        help="the history's shape: tools (a task, then shell calls with ~6 KB outputs), message (one user message "
+        "of the whole size), items (many small messages, ~25 tokens each)",
+    )
     _common(over)
     _load_parser(scenarios)
 
@@ -298,7 +306,9 @@ def run_bench(args: argparse.Namespace) -> int:
         else:
             from hotloop.bench.overhead import OverheadConfig, run_overhead
 
-            over = OverheadConfig(context_tokens=args.context_tokens, samples=args.samples, modes=args.modes)
+            over = OverheadConfig(
+                context_tokens=args.context_tokens, samples=args.samples, modes=args.modes, history=args.history
+            )
             result = _with_server(args, lambda url: run_overhead(url, over, args.api_key, progress))
             print(report.overhead_table(result))
             if args.plot:

@@ -7,7 +7,7 @@ from typing import Any
 
 from hotloop.bench.clients import BenchError, ModeClient, open_client
 from hotloop.bench.progress import Progress
-from hotloop.bench.scenario import INSTRUCTIONS, MODEL, TOOLS, sim_metadata, sized_history, user_message
+from hotloop.bench.scenario import INSTRUCTIONS, MODEL, TOOLS, shaped_history, sim_metadata, sized_history, user_message
 from hotloop.bench.stats import median, percentile, ratio
 from hotloop.bench.tokens import chars_per_token
 
@@ -21,6 +21,7 @@ class OverheadConfig:
     samples: int = 30
     modes: tuple[str, ...] = ("http-full", "http-chain", "ws")
     output_tokens: int = 4
+    history: str = "tools"  # scenario.HISTORY_SHAPES
 
 
 def request_fields(config: OverheadConfig) -> dict[str, Any]:
@@ -51,7 +52,7 @@ async def run_overhead(
         for client in warm:
             await client.close()
     for size in config.context_tokens:
-        history = sized_history(size, cpt)
+        history = shaped_history(config.history, size, cpt)
         clients = await _open_all(config.modes, base_url, fields, api_key)
         samples: dict[str, list[dict[str, Any]]] = {mode: [] for mode in config.modes}
         built: dict[str, int] = {}

@@ -235,6 +235,31 @@ class Rollout:
         return call_output(call_id, tool_text(self.seed * 100_003 + turn, chars))
 
 
+HISTORY_SHAPES = ("tools", "message", "items")
+
+
+def shaped_history(shape: str, tokens: int, chars_per_token: float = CHARS_PER_TOKEN) -> list[dict[str, Any]]:
+    """A history of about `tokens` tokens: `tools` (`sized_history`), `message` (the task, then one user message
+    holding the rest) or `items` (the task, then alternating user and assistant messages of ~25 tokens)."""
+    if shape == "tools":
+        return sized_history(tokens, chars_per_token)
+    budget = int(max(0, tokens - 700) * chars_per_token)
+    if shape == "message":
+        return [user_message(USER_TASK), user_message(tool_text(7, budget))]
+    if shape != "items":
+        raise ValueError(f"unknown history shape {shape!r} (known: {', '.join(HISTORY_SHAPES)})")
+    items: list[dict[str, Any]] = [user_message(USER_TASK)]
+    chunk = int(25 * chars_per_token)
+    for index in range(max(1, budget // chunk)):
+        text = tool_text(index, chunk)
+        items.append(user_message(text) if index % 2 == 0 else assistant_message(text))
+    return items
+
+
+def assistant_message(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+
+
 def sized_history(tokens: int, chars_per_token: float = CHARS_PER_TOKEN, seed: int = 1) -> list[dict[str, Any]]:
     """A Codex-like history (task, then shell calls and their outputs) of about `tokens` tokens of input items."""
     items: list[dict[str, Any]] = [user_message(USER_TASK)]

@@ -14,7 +14,7 @@ import msgspec
 
 from hotloop.errors import MissingParam, ServerError
 from hotloop.ids import new_id
-from hotloop.pipeline.prepare import start_turn
+from hotloop.pipeline.admission import admit
 from hotloop.pipeline.sealing import seal
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Session
@@ -51,7 +51,7 @@ async def compact(service: Service, session: Session, request: CreateRequest) ->
         tool_choice="none",
         max_output_tokens=SUMMARY_MAX_TOKENS,
     )
-    turn = await start_turn(service, session, summary_request)
+    turn = await admit(service, session, summary_request)  # it generates: the drain and the rate limit apply
     async for _ in turn.events():
         pass
     if turn.response.status not in ("completed", "incomplete"):

@@ -36,6 +36,7 @@ class Resent:
     """What one request computed from its input items, for a later request that resends them."""
 
     __slots__ = (
+        "call_count",
         "calls",
         "chat",
         "generated",
@@ -56,6 +57,7 @@ class Resent:
         items: list[ContextItem],
         generated: tuple[int, ...],
         calls: frozenset[str],
+        call_count: int,
         safety: SafetyResult,
         rendered: Rendered | None,
         chat: ChatFormat | None,
@@ -67,6 +69,7 @@ class Resent:
         self.items = items  # normalized, with the ids they were given then
         self.generated = generated  # the positions of the items whose id hotloop generated
         self.calls = calls  # the call ids declared up to the last of them
+        self.call_count = call_count  # the tool calls among them
         self.safety = safety  # the scan of these items from a new chain's states
         self.rendered = rendered  # their token ids after the system message (None: not incremental, truncated)
         self.chat = chat  # the format `rendered` was rendered with

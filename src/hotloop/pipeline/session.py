@@ -61,8 +61,13 @@ class Session:
         if budget is not None and not budget.put((self._id, lane), state, weakref.WeakMethod(self._evicted)):
             self._lanes.pop(lane, None)  # bigger than the whole budget: not kept
 
-    def evict(self, lane: Lane, response_id: str) -> None:
-        """A failed continuation evicts its parent from the requesting lane only (§3.8.3)."""
+    def evict(self, lane: Lane, response_id: str | None) -> None:
+        """A failed continuation evicts its parent from the requesting lane only (§3.8.3): a client that retries
+        resends the full context rather than continuing from a state it may no longer share with the server.
+        Called for every failure: admission's (pipeline/admission.py), a create frame that did not decode
+        (transports/websocket.py), a turn that failed generating (pipeline/turn.py)."""
+        if not response_id:
+            return
         state = self._lanes.get(lane)
         if state is not None and state.response.id == response_id:
             self._drop(lane)

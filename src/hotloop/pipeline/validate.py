@@ -124,10 +124,13 @@ def check_stream_id(stream_id: str) -> bool:
     return 0 < len(stream_id) <= STREAM_ID_MAX and all(c.isascii() and (c.isalnum() or c in "_.-") for c in stream_id)
 
 
-def check_new_items(items: Sequence[ContextItem], known_calls: frozenset[str], secret: bytes) -> frozenset[str]:
-    """Check the new items; returns the call ids known after them (outputs must answer an earlier call)."""
+def check_new_items(
+    items: Sequence[ContextItem], known_calls: frozenset[str], secret: bytes, offset: int = 0
+) -> frozenset[str]:
+    """Check the new items (`offset`: the input's items before them); returns the call ids known after them
+    (outputs must answer an earlier call)."""
     calls = set(known_calls)
-    for index, item in enumerate(items):
+    for index, item in enumerate(items, offset):
         param = f"input[{index}]"
         if isinstance(item, FunctionCall | CustomToolCall):
             calls.add(item.call_id)

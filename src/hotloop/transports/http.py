@@ -25,6 +25,7 @@ from hotloop.errors import (
 )
 from hotloop.models import Model
 from hotloop.pipeline import queries
+from hotloop.pipeline.admission import admit
 from hotloop.pipeline.compact import compact
 from hotloop.pipeline.prepare import start_turn
 from hotloop.pipeline.service import Service
@@ -108,7 +109,6 @@ def _strict_check(body: bytes) -> None:
 async def create_response(request: Request) -> Response:
     """POST /v1/responses: JSON, SSE (`stream: true`) or background."""
     service, session = http_session(request)
-    service.drain.check()
     body = await read_body(request, service.settings.max_body_bytes)
     received_at = time.perf_counter()
     create = decode_create(body)
@@ -121,12 +121,7 @@ async def create_response(request: Request) -> Response:
         transport="sse" if create.stream else "http",
         include_timings=wants_timings(request.headers),
     )
-    service.rate_limiter.admit(session.owner)
-    if create.store is not False:
-        # Store faults (docs/stores.md): a store seen down is probed first, so the create is a 503 before it
-        # generates (free while the store is up).
-        await service.store.ensure_available()
-    turn = await start_turn(service, session, create, options, received_at)
+    turn = await admit(service, session, create, options, received_at)
     if turn.response.background:
         return await _background(service, session, turn, stream=bool(create.stream))
     if create.stream:
@@ -271,7 +266,6 @@ async def count_input_tokens(request: Request) -> Response:
 
 async def compact_response(request: Request) -> Response:
     service, session = http_session(request)
-    service.drain.check()  # it generates: refused during a shutdown like a create
     create = decode_create(await read_body(request, service.settings.max_body_bytes))
     return raw_json(msgspec.json.encode(await compact(service, session, create)))
 

@@ -17,8 +17,8 @@ import msgspec
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from hotloop.errors import HotloopError, PreviousResponseNotFound, RateLimited, ServerError, UpgradeRequired
+from hotloop.pipeline.admission import admit
 from hotloop.pipeline.lanes import LaneLimits, LaneRouter, QueueFull
-from hotloop.pipeline.prepare import start_turn
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Lane, Session, owner_of
 from hotloop.pipeline.turn import TurnOptions
@@ -146,8 +146,7 @@ class Connection:
             if self.router.expired():
                 await self.send_error(self.router.connection_limit_error(), lane)
                 return
-            if parent:
-                self.session.evict(lane, parent)
+            self.session.evict(lane, parent)
             await self.send_error(exc, lane)
 
         self._enqueue(lane, job)
@@ -222,23 +221,17 @@ class Connection:
         if self.router.expired():
             await self.send_error(self.router.connection_limit_error(), lane)
             return
+        options = TurnOptions(
+            websocket=True, lane=lane, stream_id=lane, transport="websocket", include_timings=self.timings
+        )
         try:
             # At the head of its lane, like every other check (§3.9): a create refused here runs nothing.
-            self.service.drain.check()
-            self.service.rate_limiter.admit(self.session.owner)
-            options = TurnOptions(
-                websocket=True, lane=lane, stream_id=lane, transport="websocket", include_timings=self.timings
-            )
-            turn = await start_turn(self.service, self.session, create, options)
+            turn = await admit(self.service, self.session, create, options)
         except HotloopError as exc:
-            if create.previous_response_id:  # a failed create evicts its parent from the lane (§3.8.3)
-                self.session.evict(lane, create.previous_response_id)
             await self.send_error(exc, lane)
             return
         except Exception:  # a fault of ours (storage, …): still answer the create, never leave it hanging
             log.exception("could not start a response")
-            if create.previous_response_id:
-                self.session.evict(lane, create.previous_response_id)
             await self.send_error(ServerError("The server had an error while processing your request."), lane)
             return
         response_id = turn.response.id
