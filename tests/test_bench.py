@@ -67,6 +67,30 @@ def test_overhead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "p90" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("shape", ["message", "items"])
+def test_overhead_history_shapes(tmp_path: Path, shape: str) -> None:
+    out = tmp_path / "overhead.json"
+    argv = ["bench", "overhead", "--context-tokens", "3000", "--samples", "2", "--history", shape, "--quiet"]
+    assert main([*argv, "--modes", "http-full,ws", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["config"]["history"] == shape
+    [size] = result["sizes"]
+    for mode in ("http-full", "ws"):
+        built = size["modes"][mode]["history_tokens"]
+        assert 2000 < built < 4500, built  # about the size asked for, whatever the shape
+
+
+def test_history_shapes_have_their_size_and_form() -> None:
+    from hotloop.bench.scenario import shaped_history
+
+    message = shaped_history("message", 10_000, 4.0)
+    items = shaped_history("items", 10_000, 4.0)
+    assert len(message) == 2 and len(message[1]["content"][0]["text"]) == (10_000 - 700) * 4
+    assert len(items) > 80 and {item["role"] for item in items[1:]} == {"user", "assistant"}
+    with pytest.raises(ValueError, match="unknown history shape"):
+        shaped_history("tables", 1000)
+
+
 @pytest.mark.parametrize("scenario", ["agent-loop", "overhead"])
 def test_help_documents_every_option(scenario: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:

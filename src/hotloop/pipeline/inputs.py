@@ -120,4 +120,4 @@ def remember(
         resolved_tools=tools,
         raw_bytes=raw_bytes_of(raw, inputs.resent),
     )
-    service.resent.remember(session.owner, entry)
+    service.resent.remember(session.owner, entry, extends=inputs.resent)

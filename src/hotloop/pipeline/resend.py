@@ -151,12 +151,13 @@ class ResendCache:
         self.hits, self.misses = self.hits + (found is not None), self.misses + (found is None)
         return found
 
-    def remember(self, owner: str, entry: Resent) -> None:
+    def remember(self, owner: str, entry: Resent, extends: Resent | None = None) -> None:
+        """Keep `entry`; `extends` is the entry it was matched to (known to be a prefix of it)."""
         key = _key(owner, entry.raw) if self._lru.max_bytes else None
         if key is None:
             return
         # A history this one extends is the same session's earlier turn: superseded.
-        kept = [old for old in self._lru.get(key) or () if not old.starts(entry.raw)]
+        kept = [old for old in self._lru.get(key) or () if old is not extends and not old.starts(entry.raw)]
         self._lru.put(key, [entry, *kept[: PER_KEY - 1]])
 
 
