@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 # llama-cpp-python builds llama.cpp from source on first install; use every core for it.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: install serve test lint typecheck unit clean
+.PHONY: install serve test lint typecheck unit unit-fast clean
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "hotloop needs Python >= 3.11"'
@@ -34,6 +34,11 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The inner loop: the pure stages (start_turn, Turn, admission, the WebSocket protocol, rendering, safety, …) with
+# no server, subprocess or external service, in under a minute. `make test` stays the gate; CI runs all of it.
+unit-fast: $(STAMP)
+	$(VENV)/bin/pytest -m fast $(PYTEST_ARGS)
 
 test: lint typecheck unit
 

@@ -16,6 +16,12 @@ from hotloop.transports.server import ThreadedServer
 FAST_SIM = {"sim_ttft_ms": 0.0, "sim_tps": 50_000.0}
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "fast: the fast tier (`make unit-fast`): no server, subprocess or external service; under a minute"
+    )
+
+
 class RunningServer(ThreadedServer):
     def __init__(self, settings: Settings) -> None:
         super().__init__(settings)

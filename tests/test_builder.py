@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import ErrorBody, Event
 from hotloop.wire.response import ErrorInfo, Response, Usage
 from schema import check_event
+
+pytestmark = pytest.mark.fast  # the fast tier: `make unit-fast`
 
 
 def decode(events: list[Event]) -> list[dict[str, Any]]:

@@ -14,6 +14,8 @@ import pytest
 from hotloop.bench.agent_loop import TurnRecord
 from hotloop.bench.clients import BenchError
 
+pytestmark = pytest.mark.fast  # the fast tier: `make unit-fast`
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_agentic_api.py"
 
 

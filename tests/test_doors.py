@@ -34,16 +34,19 @@ def _scope(kind: str = "http", method: str = "POST", **headers: str) -> dict[str
 @pytest.mark.parametrize(
     "host", ["127.0.0.1:8000", "localhost:1234", "LOCALHOST", "[::1]:8000", "127.0.0.1", "localhost."[:-1]]
 )
+@pytest.mark.fast
 def test_loopback_names_on_any_port_come_in(host: str) -> None:
     assert Doors("127.0.0.1").refusal(_scope(host=host)) is None
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("host", ["evil.example", "evil.example:8000", "127.0.0.1.evil.example", "", "[::2]:80"])
 def test_other_hosts_are_421_while_bound_to_loopback(host: str) -> None:
     refusal = Doors("127.0.0.1").refusal(_scope(host=host))
     assert refusal is not None and (refusal.status, refusal.code) == (421, "invalid_host")
 
 
+@pytest.mark.fast
 def test_allowed_hosts_and_the_bind_address() -> None:
     doors = Doors("127.0.0.2", ["hotloop.test", "proxy.test:9000"])
     for host in ("127.0.0.2:8000", "hotloop.test", "hotloop.test:1", "proxy.test:9000"):
@@ -55,6 +58,7 @@ def test_allowed_hosts_and_the_bind_address() -> None:
     assert Doors("0.0.0.0").refusal(_scope(host="evil.example")) is None
 
 
+@pytest.mark.fast
 def test_origin_rules() -> None:
     doors = Doors("127.0.0.1", allowed_origins=["http://localhost:5173"])
     own = {"host": "127.0.0.1:8000"}

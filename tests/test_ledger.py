@@ -13,6 +13,8 @@ from hotloop.metering.ledger import Ledger
 from hotloop.metering.records import UsageRecord, record_for
 from hotloop.wire.response import Response, Usage
 
+pytestmark = pytest.mark.fast  # the fast tier: `make unit-fast`
+
 
 def rec(n: int) -> UsageRecord:
     return UsageRecord(

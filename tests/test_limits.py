@@ -32,6 +32,7 @@ class Clock:
 # -- the limiter, driven with a clock of its own -------------------------------------------------------------------
 
 
+@pytest.mark.fast
 def test_requests_per_minute_refill_continuously() -> None:
     clock = Clock()
     limiter = RateLimiter(rpm=2, tpm=0, clock=clock)
@@ -60,6 +61,7 @@ def test_requests_per_minute_refill_continuously() -> None:
         limiter.admit("a")
 
 
+@pytest.mark.fast
 def test_tokens_are_charged_after_the_response() -> None:
     clock = Clock()
     limiter = RateLimiter(rpm=0, tpm=600, clock=clock)  # 10 tokens a second
@@ -74,6 +76,7 @@ def test_tokens_are_charged_after_the_response() -> None:
     limiter.admit("a")
 
 
+@pytest.mark.fast
 def test_idle_keys_are_forgotten() -> None:
     clock = Clock()
     limiter = RateLimiter(rpm=10, tpm=0, clock=clock)
@@ -84,6 +87,7 @@ def test_idle_keys_are_forgotten() -> None:
     assert len(limiter._keys) == 1
 
 
+@pytest.mark.fast
 def test_no_limits_admit_everything() -> None:
     limiter = RateLimiter(rpm=0, tpm=0)
     for _ in range(1000):
@@ -92,6 +96,7 @@ def test_no_limits_admit_everything() -> None:
     assert not limiter._keys
 
 
+@pytest.mark.fast
 def test_connection_slots() -> None:
     slots = ConnectionSlots(total=3, per_key=2)
     slots.acquire("a")

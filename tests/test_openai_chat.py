@@ -18,7 +18,8 @@ import pytest
 
 from conftest import RunningServer, start_server
 from hotloop.backends import chat_messages
-from hotloop.backends.base import GenerationRequest, ToolSpec
+from hotloop.backends.base import GenerationRequest
+from hotloop.chat.specs import ToolSpec
 from hotloop.config import Settings, Upstream, load_settings
 from hotloop.models import build_registry
 from hotloop.simengine.engine import authorization_digest
@@ -120,8 +121,14 @@ def test_upstream_errors_fail_the_response_with_a_code(http: httpx.Client, engin
     assert engine.stats()["requests"] == 1  # a 429 is the client's to retry
     engine.reset()
     engine.script({"status": 400, "message": "This model's maximum context length is 2048 tokens."})
-    error = failed_error(parse_sse(http.post("/responses", json={"input": "hi", "stream": True}).text))
-    assert error["code"] == "context_length_exceeded"
+    events = parse_sse(http.post("/responses", json={"input": "hi", "stream": True}).text)
+    assert failed_error(events)["code"] == "context_length_exceeded"
+    # The in-band error event is typed as the non-streaming reply's body is (one table, errors.FAILURES).
+    inband = events[-2]["error"]
+    assert (inband["type"], inband["param"]) == ("invalid_request_error", "input"), inband
+    engine.script({"status": 429, "message": "slow down"})
+    inband = parse_sse(http.post("/responses", json={"input": "hi", "stream": True}).text)[-2]["error"]
+    assert (inband["type"], inband["code"]) == ("requests", "rate_limit_exceeded"), inband
 
 
 def test_upstream_client_errors_are_4xx_without_streaming(http: httpx.Client, engine: SimEngineProcess) -> None:

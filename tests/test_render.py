@@ -1,4 +1,4 @@
-"""Rendering items into SmolLM2's chat template (pipeline/render.py, pipeline/media.py; protocol.md §1.3, §4)."""
+"""Rendering items into SmolLM2's chat template (hotloop/chat/: format, messages, media; protocol.md §1.3, §4)."""
 
 from __future__ import annotations
 
@@ -12,15 +12,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from hotloop.backends.base import ToolCallDelta, ToolCallStart, ToolSpec
+from hotloop.backends.base import ToolCallDelta, ToolCallStart
 from hotloop.backends.gguf import smollm2_chat_format
-from hotloop.backends.toolcalls import ToolCallParser
+from hotloop.backends.toolcalls.text import ToolCallParser
+from hotloop.chat.format import ChatFormat
+from hotloop.chat.media import image_tokens
+from hotloop.chat.messages import chat_messages
+from hotloop.chat.specs import ToolSpec
 from hotloop.errors import HotloopError
 from hotloop.pipeline.context import Context
-from hotloop.pipeline.media import image_tokens
 from hotloop.pipeline.normalize import normalize_item
-from hotloop.pipeline.render import ChatFormat, chat_messages
-from hotloop.pipeline.sealing import seal
+from hotloop.sealing import seal
 from hotloop.wire.items import (
     ContextItem,
     FunctionCall,
@@ -29,6 +31,8 @@ from hotloop.wire.items import (
     Message,
     OutputText,
 )
+
+pytestmark = pytest.mark.fast  # the fast tier: `make unit-fast`
 
 WEATHER = ToolSpec(
     name="get_weather",

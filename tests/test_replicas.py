@@ -19,7 +19,7 @@ import httpx
 import psutil
 import pytest
 
-from hotloop.pipeline.sealing import load_secret
+from hotloop.sealing import load_secret
 from process_support import ServerProcess
 from replica_support import HEADERS, KEY, SIM, STORES, get_response, http_turn, shared_store, ws_turn
 from wsutil import TERMINAL, WEATHER, WS, final

@@ -104,6 +104,7 @@ def _body(items: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
     return {"model": MODEL, "instructions": "Be brief.", "tools": TOOLS, "input": items, **fields}
 
 
+@pytest.mark.fast
 def test_every_resent_turn_renders_and_scans_as_a_fresh_server(pair: Pair) -> None:
     hits = pair.warm.resent.hits
     for items in _history(6):
@@ -122,6 +123,7 @@ def test_every_resent_turn_renders_and_scans_as_a_fresh_server(pair: Pair) -> No
     assert pair.warm.renderer.stats.chain_hits >= 6
 
 
+@pytest.mark.fast
 def test_instructions_tools_or_model_changed_render_anew(pair: Pair) -> None:
     items = list(_history(3))[-1]
     pair.prepare(pair.warm, _body(items))
@@ -131,6 +133,7 @@ def test_instructions_tools_or_model_changed_render_anew(pair: Pair) -> None:
         assert warm.response.tools == cold.response.tools
 
 
+@pytest.mark.fast
 def test_an_edited_earlier_item_is_not_taken_for_the_history(pair: Pair) -> None:
     items = list(_history(3))[-1]
     pair.prepare(pair.warm, _body(items))
@@ -140,6 +143,7 @@ def test_an_edited_earlier_item_is_not_taken_for_the_history(pair: Pair) -> None
     assert warm.new_items[2].arguments == '{"cmd": "rm -rf /"}'  # type: ignore[union-attr]
 
 
+@pytest.mark.fast
 def test_errors_in_the_new_items_name_their_place_in_the_whole_input(pair: Pair) -> None:
     items = list(_history(2))[-1]
     pair.prepare(pair.warm, _body(items))
@@ -159,6 +163,7 @@ def test_errors_in_the_new_items_name_their_place_in_the_whole_input(pair: Pair)
     assert pair.warm.resent.hits == hits + 3  # the bad requests did start from the history
 
 
+@pytest.mark.fast
 def test_stored_input_items_get_ids_of_their_own(pair: Pair) -> None:
     items = list(_history(2))[-1]
     first = pair.prepare(pair.warm, _body(items, store=True))
@@ -172,6 +177,7 @@ def test_stored_input_items_get_ids_of_their_own(pair: Pair) -> None:
     assert isinstance(again.new_items[-1], Message)
 
 
+@pytest.mark.fast
 def test_one_key_never_starts_from_another_keys_history(pair: Pair) -> None:
     items = list(_history(3))[-1]
     pair.prepare(pair.warm, _body(items), owner="key-a")
@@ -181,6 +187,7 @@ def test_one_key_never_starts_from_another_keys_history(pair: Pair) -> None:
     assert warm.generation.prompt_tokens.tolist() == cold.generation.prompt_tokens.tolist()
 
 
+@pytest.mark.fast
 def test_the_cache_stays_under_its_bound(tmp_path: Path) -> None:
     service = build_service(
         _settings(tmp_path, resend_cache_bytes=64 * 1024, models=["hotloop-sim"], default_model="hotloop-sim")

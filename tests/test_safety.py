@@ -8,7 +8,6 @@ import json
 import random
 import re
 import string
-import time
 from typing import Any
 
 import msgspec
@@ -41,6 +40,8 @@ from hotloop.wire.items import (
     Reasoning,
     SummaryText,
 )
+
+pytestmark = pytest.mark.fast  # the fast tier: `make unit-fast`
 
 UPPER_DIGITS = string.ascii_uppercase + string.digits
 ALNUM = string.ascii_letters + string.digits
@@ -529,32 +530,6 @@ def test_summary_fits_a_metadata_value() -> None:
     summary = stage.scan(None, many).summary()
     assert len(summary) <= 512
     assert summary.endswith("more")
-
-
-# -- cost (printed, not asserted) ---------------------------------------------------------------------------------
-
-
-def test_cost_per_kilobyte() -> None:
-    prose = " ".join(
-        "The deployment finished and the service reported healthy checks across all regions today." for _ in range(40)
-    )
-    code = "def handler(event, context):\n    token = event['headers'].get('x-token')\n    return {'ok': True}\n" * 40
-    batches: dict[str, list[ContextItem]] = {
-        "clean prose": [user(prose), tool_output(prose), assistant(prose)],
-        "code outputs": [tool_output(code), FunctionCall(call_id="c", name="write", arguments=json.dumps({"c": code}))],
-        "secrets+injection": [tool_output(prose + INJECTIONS[0][1] + f" {AWS_KEY_ID} " + code), user(PEM + prose)],
-        "base64 image output": [tool_output(_png_base64(9, 48_000))],
-    }
-    # No cache: each of the 30 runs pays the full scan (tests/test_safety_cache.py measures cold against warm).
-    stage = SafetyStage.from_actions({"secrets": "flag", "injection": "flag"}, cache_max_bytes=0)
-    for label, items in batches.items():
-        size = sum(len(text.encode()) for item in items for text in _texts(item)) / 1024
-        best = float("inf")
-        for _ in range(30):  # the best of 30: the least disturbed by whatever else the machine is doing
-            start = time.perf_counter()
-            stage.scan(None, items)
-            best = min(best, time.perf_counter() - start)
-        print(f"safety cost, {label}: {best * 1e6 / size:.1f} µs/KB ({size:.0f} KB, {best * 1e6:.0f} µs)")
 
 
 def _texts(item: ContextItem) -> list[str]:

@@ -20,9 +20,9 @@ from hotloop.backends.base import (
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
-    ToolSpec,
 )
 from hotloop.backends.sim import SimBackend, SimSettings, example_for_schema
+from hotloop.chat.specs import ToolSpec
 from schema import check_response
 
 FAST = SimSettings(ttft_ms=0.0, tps=1_000_000.0)

@@ -10,8 +10,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from hotloop.backends.base import GenerationRequest, ToolCallDelta, ToolCallEnd, ToolCallStart, ToolSpec
+from hotloop.backends.base import GenerationRequest, ToolCallDelta, ToolCallEnd, ToolCallStart
 from hotloop.backends.sim import SimBackend, SimSettings, command_field
+from hotloop.chat.specs import ToolSpec
 
 FAST = SimSettings(ttft_ms=0.0, tps=1_000_000.0, tool_calls=100)  # calls whatever `calls_so_far`
 # Codex 0.171.0's own `exec_command` tool, as it sent it (tests/test_codex.py captured it).

@@ -17,8 +17,9 @@ import pytest
 from websockets.sync.client import connect
 
 from conftest import RunningServer
-from hotloop.backends.base import Finished, GenerationRequest, TextDelta, ToolCallStart, ToolSpec
+from hotloop.backends.base import Finished, GenerationRequest, TextDelta, ToolCallStart
 from hotloop.backends.llama import output_schema
+from hotloop.chat.specs import ToolSpec
 from schema import check_event, check_response
 
 MODEL = "smollm2-135m"

@@ -14,6 +14,8 @@ from hotloop.backends.bpe import BPETokenizer, load_bpe
 from hotloop.backends.gguf import GGUFTokenizer, load_llama, smollm2_chat_format, smollm2_path
 from hotloop.backends.rust_tokenizer import LONG_TEXT
 
+pytestmark = pytest.mark.fast  # the fast tier: `make unit-fast`
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

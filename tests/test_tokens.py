@@ -1,4 +1,4 @@
-"""Incremental rendering (pipeline/tokens.py, pipeline/prompt.py): a turn tokenizes only its new input, and the
+"""Incremental rendering (chat/incremental.py, pipeline/prompt.py): a turn tokenizes only its new input, and the
 result is always exactly the full render."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 
 from conftest import RunningServer
 from hotloop.backends.gguf import smollm2_chat_format
+from hotloop.chat.format import ChatFormat
+from hotloop.chat.incremental import INLINE, Encoder, PromptRenderer, TokenCache, probe_incremental, run_inline
+from hotloop.chat.messages import chat_messages, item_messages, system_message
 from hotloop.pipeline import prepare as turn_module
-from hotloop.pipeline.render import ChatFormat, chat_messages, item_messages, system_message
-from hotloop.pipeline.tokens import INLINE, Encoder, PromptRenderer, TokenCache, probe_incremental, run_inline
 from hotloop.wire.items import ContextItem
 from test_render import TOOLS, conversations
 from wsutil import WS, final

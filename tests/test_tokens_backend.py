@@ -20,11 +20,12 @@ import msgspec
 import pytest
 
 from conftest import RunningServer, start_server
-from hotloop.backends.base import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart, ToolSpec
+from hotloop.backends.base import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 from hotloop.backends.bpe import _cache_path
 from hotloop.backends.gguf import load_llama, smollm2_chat_format, smollm2_path
-from hotloop.backends.tokens import request_body
-from hotloop.backends.tool_parsers import make_parser
+from hotloop.backends.token_ids import request_body
+from hotloop.backends.toolcalls.streaming import make_parser
+from hotloop.chat.specs import ToolSpec
 from hotloop.config import Settings, Upstream
 from hotloop.models import build_registry
 from hotloop.simengine.engine import authorization_digest
@@ -228,7 +229,7 @@ def _read(reader: Any, chunks: list[dict[str, Any]]) -> str:
 
 
 def test_sglang_reader_takes_cumulative_or_incremental_text() -> None:
-    from hotloop.backends.tokens import _SGLangReader
+    from hotloop.backends.token_ids import _SGLangReader
 
     cumulative = [{"text": "ab"}, {"text": "abab"}, {"text": "ababc", "meta_info": {"finish_reason": {"type": "stop"}}}]
     assert _read(_SGLangReader(make_parser("none", [], True), 3), cumulative) == "ababc"
@@ -240,7 +241,7 @@ def test_sglang_reader_takes_cumulative_or_incremental_text() -> None:
 
 def test_llamacpp_timings_are_the_engines_own_time() -> None:
     from hotloop.backends.base import Finished
-    from hotloop.backends.tokens import _LlamaCppReader
+    from hotloop.backends.token_ids import _LlamaCppReader
 
     reader = _LlamaCppReader(make_parser("none", [], True), 3)
     final = {"content": "", "stop": True, "timings": {"cache_n": 2, "prompt_ms": 1.5, "predicted_ms": 40.25}}
@@ -253,7 +254,7 @@ def test_llamacpp_timings_are_the_engines_own_time() -> None:
 
 
 def test_vllm_abort_is_a_failure_not_an_answer() -> None:
-    from hotloop.backends.tokens import _VLLMReader
+    from hotloop.backends.token_ids import _VLLMReader
     from hotloop.backends.upstream import Retryable
 
     reader = _VLLMReader(make_parser("none", [], True), 3)

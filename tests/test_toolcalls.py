@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 
-from hotloop.backends.base import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart, ToolSpec
-from hotloop.backends.toolcalls import ToolCallParser
+import pytest
+
+from hotloop.backends.base import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from hotloop.backends.toolcalls.text import ToolCallParser
+from hotloop.chat.specs import ToolSpec
+
+pytestmark = pytest.mark.fast  # the fast tier: `make unit-fast`
 
 WEATHER = ToolSpec(name="get_weather", parameters={"type": "object", "properties": {"city": {"type": "string"}}})
 PATCH = ToolSpec(name="apply_patch", kind="custom")
@@ -101,7 +106,7 @@ def test_a_json_list_of_calls_in_one_block() -> None:
 
 def test_namespaced_tools_with_equal_names_stay_apart() -> None:
     """Namespace members are offered and parsed as `namespace.name`, so two `search` tools do not collide."""
-    from hotloop.pipeline.render import chat_messages
+    from hotloop.chat.messages import chat_messages
 
     docs = ToolSpec(name="search", namespace="docs")
     web = ToolSpec(name="search", namespace="web")

@@ -13,7 +13,7 @@ import pytest
 
 from hotloop.backends.base import Finished, GenerationRequest, TextDelta
 from hotloop.backends.gguf import smollm2_chat_format
-from hotloop.backends.tokens import TokensBackend
+from hotloop.backends.token_ids import TokensBackend
 from hotloop.config import Upstream
 
 CHUNKS = [

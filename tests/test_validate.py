@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hotloop.errors import HotloopError
 from hotloop.pipeline.validate import check_new_items
 from hotloop.wire.items import ContextItem, FunctionCall, FunctionCallOutput, InputText, Message
+
+pytestmark = pytest.mark.fast  # the fast tier: `make unit-fast`
 
 SECRET = b"s" * 32
 

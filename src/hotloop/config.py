@@ -29,7 +29,7 @@ class Upstream(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     retries: int = 2  # attempts after the first, only before the first token
     max_connections: int = 256
     max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
-    # `tokens` (backends/tokens.py): the engine's token-ID API, the tokenizer and template, the tool-call format.
+    # `tokens` (backends/token_ids.py): the engine's token-ID API, the tokenizer and template, the tool-call format.
     dialect: Literal["vllm", "sglang", "llamacpp"] = "vllm"
     tokenizer: str = ""  # a tokenizer.json or a model directory; empty: SmolLM2's
     chat_template: str = ""  # a Jinja file; empty: the tokenizer's directory's (tokenizer_config.json)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 
 class HotloopError(Exception):
@@ -12,12 +13,16 @@ class HotloopError(Exception):
     type = "invalid_request_error"
     code = "invalid_value"
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, param: str | None = None, code: str | None = None, status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         if code is not None:
             self.code = code
+        if status is not None:
+            self.status = status
 
     def payload(self) -> dict[str, str | None]:
         """The `error` object of protocol.md §1.9: all four keys always present."""
@@ -143,3 +148,28 @@ class UpgradeRequired(HotloopError):
 
     status = 426
     code = "upgrade_required"
+
+
+class Failure(NamedTuple):
+    """How a response's failure reads to a client: the HTTP status of a non-streaming reply, the error type (of
+    the reply's body and of the in-band `error` event) and the param."""
+
+    status: int
+    type: str
+    param: str | None
+
+
+# A response that failed after it was accepted (protocol.md §1.9, §2.9), by its error code. A safety block, or an
+# input longer than the upstream engine's real context, is the client's input, never a 500; an upstream engine's
+# 429 is a 429, which OpenAI clients retry with backoff. Every other code is a server error.
+FAILURES: dict[str, Failure] = {
+    "store_unavailable": Failure(503, "server_error", None),
+    "content_filter": Failure(400, "invalid_request_error", "input"),
+    "context_length_exceeded": Failure(400, "invalid_request_error", "input"),
+    "rate_limit_exceeded": Failure(429, "requests", None),
+}
+SERVER_FAILURE = Failure(500, "server_error", None)
+
+
+def failure_of(code: str) -> Failure:
+    return FAILURES.get(code, SERVER_FAILURE)

@@ -6,10 +6,10 @@ import time
 from collections.abc import Iterator
 
 from hotloop.backends.base import Backend
+from hotloop.chat.format import ChatFormat
 from hotloop.config import Settings, Upstream
 from hotloop.errors import ModelNotFound
 from hotloop.observability.metrics import KVReading, ReplicaReading
-from hotloop.pipeline.render import ChatFormat
 
 SMOLLM2 = "smollm2-135m"
 SIM = "hotloop-sim"
@@ -75,7 +75,7 @@ def build_registry(settings: Settings) -> ModelRegistry:
     """Load the configured models; raises `ValueError` for an unknown name."""
     from hotloop.backends.gguf import smollm2_chat_format
     from hotloop.backends.sim import SimBackend, SimSettings
-    from hotloop.pipeline.tokens import probe_incremental
+    from hotloop.chat.incremental import probe_incremental
 
     shadowed = [name for name in settings.upstreams if name in KNOWN_MODELS]
     if shadowed:
@@ -136,10 +136,10 @@ def _check_upstream(name: str, upstream: Upstream) -> None:
 def _upstream_model(name: str, upstream: Upstream, chat: ChatFormat) -> Model:
     if upstream.backend == "tokens":
         from hotloop.backends.hf_format import load_chat_format
-        from hotloop.backends.tokens import TokensBackend
-        from hotloop.pipeline.tokens import probe_incremental
+        from hotloop.backends.token_ids import TokensBackend
+        from hotloop.chat.incremental import probe_incremental
 
-        # hotloop renders and tokenizes with the model's own format, incrementally per chain (pipeline/tokens.py).
+        # hotloop renders and tokenizes with the model's own format, incrementally per chain (chat/incremental.py).
         fmt = load_chat_format(name, upstream)
         probe_incremental(fmt)
         return Model(name, TokensBackend(name, upstream, fmt), fmt, upstream.context_window)

@@ -18,8 +18,8 @@ from typing import Any
 
 import platformdirs
 
-from hotloop.backends.base import Tokenizer
 from hotloop.backends.rust_tokenizer import RustTokenizer
+from hotloop.chat.specs import Tokenizer
 
 log = logging.getLogger("hotloop.tokenizer")
 # llama.cpp token types that are control tokens, matched before the BPE (`special=True` in llama.cpp).
@@ -87,7 +87,7 @@ def load_bpe(gguf: Path, *, prefer_fast: bool = True) -> RustTokenizer | None:
 # Rust side merges across (`=\x06.` is two tokens there, one here); an exhaustive scan of the BMP finds no other.
 _RARE = re.compile("[\x04\x06\x13\x14\x16\x1d\U00010000-\U0001efff\U0001fb00-\U0010ffff]")
 # The search for them runs in slices of this many characters: one regex call holds the GIL throughout, and a long
-# text is tokenized on a worker thread so that the event loop can run meanwhile (pipeline/tokens.py).
+# text is tokenized on a worker thread so that the event loop can run meanwhile (chat/incremental.py).
 _RARE_SLICE = 1 << 17
 
 

@@ -11,9 +11,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from hotloop.backends.base import GenerationRequest, ToolSpec
-from hotloop.pipeline.media import describe_file
-from hotloop.pipeline.render import compaction_text, other_item_text
+from hotloop.backends.base import GenerationRequest
+from hotloop.chat.media import describe_file
+from hotloop.chat.messages import compaction_text, other_item_text
+from hotloop.chat.specs import ToolSpec
 from hotloop.wire.items import (
     Compaction,
     ContextItem,

@@ -11,9 +11,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from hotloop.backends.base import Tokenizer
 from hotloop.backends.bpe import BPETokenizer, load_bpe
-from hotloop.pipeline.render import ChatFormat
+from hotloop.chat.format import ChatFormat
+from hotloop.chat.specs import Tokenizer
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # llama.cpp's own log lines (model loading, context setup) go to this logger: errors at ERROR, the rest at DEBUG.

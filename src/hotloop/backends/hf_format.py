@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hotloop.backends.base import Tokenizer
 from hotloop.backends.rust_tokenizer import RustTokenizer
+from hotloop.chat.format import ChatFormat
+from hotloop.chat.specs import Tokenizer
 from hotloop.config import Upstream
-from hotloop.pipeline.render import ChatFormat
 
 
 def load_chat_format(name: str, upstream: Upstream) -> ChatFormat:

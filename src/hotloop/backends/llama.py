@@ -29,7 +29,7 @@ import numpy as np
 from hotloop.backends.base import Delta, Finished, GenerationRequest
 from hotloop.backends.gguf import load_llama
 from hotloop.backends.kv_state import MIN_SNAPSHOT_TOKENS, KVStateCache, as_tokens, restore, save
-from hotloop.backends.toolcalls import ToolCallParser
+from hotloop.backends.toolcalls.text import ToolCallParser
 from hotloop.observability.metrics import KVReading
 
 log = logging.getLogger("hotloop.llama")

@@ -21,10 +21,10 @@ from hotloop.backends.base import (
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
-    ToolSpec,
 )
 from hotloop.backends.chat_json import MessagesJSON
 from hotloop.backends.upstream import Retryable, UpstreamBackend, engine_ms, mid_stream_error
+from hotloop.chat.specs import ToolSpec
 from hotloop.config import Upstream
 
 

@@ -2,7 +2,7 @@
 else `tokenizers` itself.
 
 fastokens encodes 4-9x faster on one core and releases the GIL while it works, so a long text tokenized on a
-worker thread (pipeline/tokens.py) leaves the event loop free. `tokenizers`' single-text `encode` holds the GIL;
+worker thread (chat/incremental.py) leaves the event loop free. `tokenizers`' single-text `encode` holds the GIL;
 its `encode_batch` does not, so the fallback sends long texts through a batch of one.
 """
 

@@ -32,8 +32,8 @@ from hotloop.backends.base import (
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
-    ToolSpec,
 )
+from hotloop.chat.specs import ToolSpec
 
 _WORDS = [
     "the",

@@ -8,11 +8,11 @@ import uuid
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from hotloop.bench.chars import chars_per_token
 from hotloop.bench.clients import BenchError, ModeClient, open_client
 from hotloop.bench.progress import Progress
 from hotloop.bench.scenario import INSTRUCTIONS, MODEL, TOOLS, USER_TASK, Rollout, sim_metadata, user_message
 from hotloop.bench.stats import median, ratio
-from hotloop.bench.tokens import chars_per_token
 
 
 @dataclass(frozen=True)

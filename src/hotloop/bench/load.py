@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from hotloop.bench.agent_loop import AgentLoopConfig, model_ms, request_fields, run_rollout
+from hotloop.bench.chars import chars_per_token
 from hotloop.bench.clients import BenchError, WsClient
 from hotloop.bench.progress import Progress
 from hotloop.bench.scenario import Rollout
 from hotloop.bench.stats import median, percentile, ratio
-from hotloop.bench.tokens import chars_per_token
 
 if TYPE_CHECKING:
     from hotloop.bench.server_process import ResourceMonitor

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hotloop.bench.chars import chars_per_token
 from hotloop.bench.clients import BenchError, ModeClient, open_client
 from hotloop.bench.progress import Progress
 from hotloop.bench.scenario import INSTRUCTIONS, MODEL, TOOLS, shaped_history, sim_metadata, sized_history, user_message
 from hotloop.bench.stats import median, percentile, ratio
-from hotloop.bench.tokens import chars_per_token
 
 FAST_TPS = 1_000_000.0  # model time ≈ 0: what is left of a turn is overhead
 CONTINUE = "Continue."

@@ -12,8 +12,8 @@ from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import Response
 
 if TYPE_CHECKING:
+    from hotloop.chat.incremental import Rendered
     from hotloop.models import Model
-    from hotloop.pipeline.tokens import Rendered
     from hotloop.pipeline.tools import ToolSet
 
 

@@ -1,11 +1,14 @@
-"""WebSocket lane rules (protocol.md §3.5, §3.9, §3.11) with no I/O: which lane a create joins, and the limits.
+"""WebSocket mode's protocol state (protocol.md §3.5, §3.6, §3.9, §3.11) with no I/O: which lane a create joins,
+the limits, the work a connection holds, the responses a steer reply may name, and when the connection closes.
 
-The transport asks `admit()` for each create and runs what it admits; everything here is plain state.
+The transport (transports/websocket.py) asks `ConnectionState` for each decision and does the I/O; everything
+here is plain state, tested without a socket (tests/test_lanes.py).
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 
 import msgspec
 
@@ -77,3 +80,58 @@ class LaneRouter:
 
     def started(self) -> None:
         self.waiting -= 1
+
+
+SEEN_RESPONSES = 256  # responses per connection whose lane and sequence a steer reply can name
+
+
+class Close(msgspec.Struct, frozen=True):
+    """Close the connection with 1001; `limit_error`: send the age limit's error first (§3.11)."""
+
+    limit_error: bool
+
+
+class ConnectionState:
+    """One WebSocket connection: its lanes (`router`), the creates it holds (queued or running), the responses it
+    ran, and whether it is closing."""
+
+    def __init__(self, limits: LaneLimits, now: float | None = None) -> None:
+        self.router = LaneRouter(limits, now)
+        self.busy = 0  # creates queued or running
+        self.limit_sent = False  # the age limit's error went out (it is sent once)
+        self.closing = False
+        # Responses run on this connection: id → (lane, next sequence_number), for steer replies (§3.6).
+        self.seen: OrderedDict[str, tuple[Lane, int]] = OrderedDict()
+
+    def queued(self) -> None:
+        self.busy += 1
+
+    def done(self) -> None:
+        self.busy -= 1
+
+    def sent(self, response_id: str, lane: Lane, count: int) -> None:
+        """`count` events of this response went out on `lane`."""
+        self.seen[response_id] = (lane, count)
+
+    def finished(self, response_id: str) -> None:
+        self.seen.move_to_end(response_id)
+        while len(self.seen) > SEEN_RESPONSES:
+            self.seen.popitem(last=False)
+
+    def steer_target(self, response_id: str | None) -> tuple[Lane, int]:
+        """The lane and the next sequence number of a response a steer names ((None, 0) if unknown)."""
+        return self.seen.get(response_id or "", (None, 0))
+
+    def error_sent(self, code: str | None) -> None:
+        if code == ConnectionLimit.code:
+            self.limit_sent = True
+
+    def close_now(self, draining: bool, now: float | None = None) -> Close | None:
+        """Past the age limit, or draining for a shutdown, with no work left: close (once). The age limit sends
+        its error first, unless it went out already; a drain closes without one."""
+        if not (draining or self.router.expired(now)) or self.busy or self.closing:
+            return None
+        self.closing = True
+        first = not draining and not self.limit_sent
+        self.limit_sent = self.limit_sent or first
+        return Close(limit_error=first)

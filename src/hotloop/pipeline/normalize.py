@@ -21,7 +21,7 @@ from hotloop.wire.items import (
     Message,
     OtherItem,
 )
-from hotloop.wire.request import decode_item, param_of
+from hotloop.wire.request import decode_item, validation_error
 
 _ID_PREFIX = {
     "message": "msg",
@@ -77,13 +77,7 @@ def normalize_item(raw: Any, param: str, *, ids: bool = True) -> ContextItem | I
     try:
         item = msgspec.convert({**raw, "type": kind}, cls)
     except msgspec.ValidationError as exc:
-        message, path = param_of(exc)
-        where = f"{param}.{path}" if path else param
-        if message.startswith("Object missing required field"):
-            field = message.split("`")[1]
-            raise MissingParam(f"Missing required parameter: '{where}.{field}'.", param=f"{where}.{field}") from None
-        code = "invalid_type" if message.startswith("Expected") else "invalid_value"
-        raise InvalidParam(f"Invalid value for '{where}': {message}.", param=where, code=code) from None
+        raise validation_error(exc, param) from None
     if isinstance(item, ItemReference):
         return item  # expanded by the resolve stage, which can reach the store
     # Stored items carry an id and a status (input_items lists them); neither changes how an item renders.

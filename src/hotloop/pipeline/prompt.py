@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from itertools import chain
 from typing import NamedTuple
 
-from hotloop.backends.base import ToolSpec
+from hotloop.chat.format import Chat, ChatFormat
+from hotloop.chat.incremental import PromptRenderer, Rendered, token_floor
+from hotloop.chat.messages import item_messages, system_message
+from hotloop.chat.specs import ToolSpec
 from hotloop.errors import InvalidParam
 from hotloop.models import Model
 from hotloop.pipeline.context import ChainState
-from hotloop.pipeline.render import Chat, ChatFormat, item_messages, system_message
-from hotloop.pipeline.tokens import PromptRenderer, Rendered, token_floor
 from hotloop.wire.items import ContextItem
 from hotloop.wire.request import CreateRequest
 

@@ -19,9 +19,9 @@ from typing import Any
 import msgspec
 
 from hotloop.backends.lru import ByteLRU
+from hotloop.chat.format import ChatFormat
+from hotloop.chat.incremental import Rendered
 from hotloop.pipeline.normalize import assign_ids, normalize_input, reissue_ids
-from hotloop.pipeline.render import ChatFormat
-from hotloop.pipeline.tokens import Rendered
 from hotloop.safety.stage import SafetyResult
 from hotloop.wire.items import ContextItem, ItemReference
 from hotloop.wire.request import CreateRequest

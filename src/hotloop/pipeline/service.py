@@ -10,6 +10,7 @@ import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 
+from hotloop.chat.incremental import Encoder, PromptRenderer, TokenCache
 from hotloop.config import Settings
 from hotloop.metering.ledger import Ledger
 from hotloop.models import ModelRegistry
@@ -20,7 +21,6 @@ from hotloop.pipeline.drain import Drain
 from hotloop.pipeline.limits import ConnectionSlots, RateLimiter
 from hotloop.pipeline.resend import ResendCache
 from hotloop.pipeline.session import Lane, Session
-from hotloop.pipeline.tokens import Encoder, PromptRenderer, TokenCache
 from hotloop.safety import SafetyStage
 from hotloop.stores.base import Store
 
@@ -49,7 +49,7 @@ class Service:
         self.ledger = ledger or Ledger(store.append_usage, settings.ledger_batch, settings.ledger_flush_ms)
         self.sessions: weakref.WeakSet[Session] = weakref.WeakSet()
         self.background: dict[str, asyncio.Task[None]] = {}
-        # Long texts are tokenized here, off the event loop (the tokenizers release the GIL: pipeline/tokens.py).
+        # Long texts are tokenized here, off the event loop (the tokenizers release the GIL: chat/incremental.py).
         self.tokenize_pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="hotloop-tokenize")
         self.renderer = PromptRenderer(
             TokenCache(settings.token_cache_bytes), encoder=Encoder(executor=self.tokenize_pool)

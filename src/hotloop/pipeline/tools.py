@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from hotloop.backends.base import ToolSpec
+from hotloop.chat.specs import ToolSpec
 from hotloop.errors import InvalidParam
 
 # Accepted and never offered to the model (Codex always sends some of these).

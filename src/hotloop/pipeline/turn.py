@@ -22,6 +22,7 @@ from hotloop.backends.base import (
     ToolCallEnd,
     ToolCallStart,
 )
+from hotloop.chat.incremental import Rendered
 from hotloop.metering.records import record_for
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
@@ -31,7 +32,6 @@ from hotloop.pipeline.resolve import CONTINUABLE, count_calls
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Lane, Session
 from hotloop.pipeline.stall import BackendStalled, StallTimer
-from hotloop.pipeline.tokens import Rendered
 from hotloop.pipeline.tools import ToolSet
 from hotloop.safety import SafetyResult
 from hotloop.wire.builder import ResponseBuilder, error_body

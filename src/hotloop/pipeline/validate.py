@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from hotloop import sealing
+from hotloop.chat.media import describe_file, image_size
 from hotloop.errors import InvalidParam, UnsupportedParam
-from hotloop.pipeline import sealing
-from hotloop.pipeline.media import describe_file, image_size
 from hotloop.wire.items import (
     Compaction,
     ContextItem,

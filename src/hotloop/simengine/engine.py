@@ -12,7 +12,7 @@ import msgspec
 
 from hotloop.backends.base import Delta, Finished, GenerationRequest
 from hotloop.backends.sim import FAULT_KEY, SimBackend, SimSettings
-from hotloop.pipeline.render import ChatFormat
+from hotloop.chat.format import ChatFormat
 from hotloop.simengine.costs import PrefixCache, prefill_ms
 from hotloop.simengine.scan import PromptScans
 

@@ -8,8 +8,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from hotloop.backends.base import ToolSpec
-from hotloop.pipeline.render import Chat, tool_prompt
+from hotloop.chat.format import Chat
+from hotloop.chat.messages import tool_prompt
+from hotloop.chat.specs import ToolSpec
 
 
 class BadRequest(Exception):

@@ -17,10 +17,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from hotloop.backends.base import Delta, Finished
 from hotloop.backends.sim import SimFault
+from hotloop.chat.messages import chat_messages
 from hotloop.errors import HotloopError, InvalidParam
 from hotloop.ids import new_id
 from hotloop.pipeline.normalize import normalize_input
-from hotloop.pipeline.render import chat_messages
 from hotloop.pipeline.resolve import count_calls
 from hotloop.pipeline.tools import resolve_tool_choice, resolve_tools
 from hotloop.pipeline.turn import feed_delta

@@ -12,7 +12,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-from hotloop.backends.base import ToolSpec
+from hotloop.chat.specs import ToolSpec
 from hotloop.simengine.requests import tools_in_prompt
 
 _TOKEN = array("i").itemsize

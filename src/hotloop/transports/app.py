@@ -30,7 +30,7 @@ log = logging.getLogger("hotloop")
 def build_service(settings: Settings) -> Service:
     from hotloop.metering.ledger import Ledger
     from hotloop.models import build_registry
-    from hotloop.pipeline.sealing import load_secret
+    from hotloop.sealing import load_secret
     from hotloop.stores.url import open_store
 
     data_dir = settings.resolved_data_dir()
@@ -48,9 +48,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
         return http.error_response(NotFound(f"No route for {request.method} {request.url.path}.", code="not_found"))
-    error = HotloopError(str(exc.detail), code="method_not_allowed" if exc.status_code == 405 else "invalid_request")
-    error.status = exc.status_code
-    return http.error_response(error)
+    code = "method_not_allowed" if exc.status_code == 405 else "invalid_request"
+    return http.error_response(HotloopError(str(exc.detail), code=code, status=exc.status_code))
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:

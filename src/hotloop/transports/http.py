@@ -22,6 +22,7 @@ from hotloop.errors import (
     ServerShuttingDown,
     UnsupportedParam,
     UpgradeRequired,
+    failure_of,
 )
 from hotloop.models import Model
 from hotloop.pipeline import queries
@@ -52,15 +53,6 @@ def error_response(exc: HotloopError) -> Response:
     return JSONResponse({"error": exc.payload()}, status_code=exc.status, headers=headers)
 
 
-# A non-streaming response that failed after acceptance (protocol.md §1.9): its HTTP status and error type by code.
-# A safety block, or an input longer than the upstream engine's real context, is the client's input, never a 500;
-# an upstream engine's 429 is a 429, which OpenAI clients retry with backoff.
-FAILURE_STATUS: dict[str, tuple[int, str, str | None]] = {
-    "store_unavailable": (503, "server_error", None),
-    "content_filter": (400, "invalid_request_error", "input"),
-    "context_length_exceeded": (400, "invalid_request_error", "input"),
-    "rate_limit_exceeded": (429, "requests", None),
-}
 TIMING_HEADER = "x-responsesapi-include-timing-metrics"
 
 
@@ -150,9 +142,10 @@ async def _json_result(request: Request, turn: Turn) -> Response:
     task.result()
     response = turn.response
     if response.status == "failed" and response.error is not None:
-        status, kind, param = FAILURE_STATUS.get(response.error.code, (500, "server_error", None))
-        error = {"message": response.error.message, "type": kind, "param": param, "code": response.error.code}
-        return JSONResponse({"error": error}, status_code=status)
+        failure = failure_of(response.error.code)  # the table the in-band error event reads too
+        code, message = response.error.code, response.error.message
+        error = {"message": message, "type": failure.type, "param": failure.param, "code": code}
+        return JSONResponse({"error": error}, status_code=failure.status)
     return raw_json(encode(response))
 
 

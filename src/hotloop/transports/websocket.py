@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -18,21 +17,27 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from hotloop.errors import HotloopError, PreviousResponseNotFound, RateLimited, ServerError, UpgradeRequired
 from hotloop.pipeline.admission import admit
-from hotloop.pipeline.lanes import LaneLimits, LaneRouter, QueueFull
+from hotloop.pipeline.lanes import ConnectionState, LaneLimits, QueueFull
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Lane, Session, owner_of
 from hotloop.pipeline.turn import TurnOptions
 from hotloop.transports.auth import authenticate, selected_subprotocol
 from hotloop.transports.http import error_response, wants_timings
 from hotloop.transports.ws_writer import FrameWriter
-from hotloop.wire import request as wire_request
 from hotloop.wire.events import SteerFailed, encode_event, websocket_error
-from hotloop.wire.request import CreateRequest
+from hotloop.wire.request import (
+    AppendEvent,
+    CreateEvent,
+    CreateRequest,
+    InvalidCreate,
+    ProcessedEvent,
+    SteerEvent,
+    decode_client_event,
+)
 
 log = logging.getLogger("hotloop.websocket")
 Job = Callable[[], Awaitable[None]]
 CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_INTERNAL = 1000, 1001, 1008, 1011
-SEEN_RESPONSES = 256  # responses per connection whose lane and sequence a steer reply can name
 
 
 class Connection:
@@ -45,23 +50,19 @@ class Connection:
         self.service = service
         self.session = session
         settings = service.settings
-        self.router = LaneRouter(
-            LaneLimits(
-                max_age_s=settings.ws_max_age_s,
-                max_named_lanes=settings.ws_max_named_lanes,
-                max_queued=settings.ws_max_queued,
-                lanes=settings.ws_lanes,
-            )
+        limits = LaneLimits(
+            max_age_s=settings.ws_max_age_s,
+            max_named_lanes=settings.ws_max_named_lanes,
+            max_queued=settings.ws_max_queued,
+            lanes=settings.ws_lanes,
         )
+        self.state = ConnectionState(limits)  # every protocol decision (pipeline/lanes.py); here only the I/O
+        self.router = self.state.router
         self.active = asyncio.Semaphore(settings.ws_max_active)
         self.queues: dict[Lane, asyncio.Queue[Job]] = {}
         self.workers: dict[Lane, asyncio.Task[None]] = {}
         self.writer = FrameWriter(websocket)
-        self.busy = 0
-        self.limit_sent = False
         self.closed = asyncio.Event()
-        # Responses run on this connection: id → (lane, next sequence_number), for steer replies (§3.6).
-        self.seen: OrderedDict[str, tuple[Lane, int]] = OrderedDict()
 
     # -- sending ---------------------------------------------------------------------------------------------------
 
@@ -69,8 +70,7 @@ class Connection:
         await self.writer.send(data)  # the event's bytes as they are, coalesced per loop iteration
 
     async def send_error(self, exc: HotloopError, stream_id: str | None = None) -> None:
-        if exc.code == "websocket_connection_limit_reached":
-            self.limit_sent = True
+        self.state.error_sent(exc.code)
         payload: dict[str, Any] = exc.payload()
         if isinstance(exc, RateLimited):
             payload["headers"] = exc.headers  # retry-after and x-ratelimit-*, as over HTTP (§3.10)
@@ -101,22 +101,17 @@ class Connection:
 
     async def on_frame(self, data: str | bytes) -> None:
         try:
-            kind = wire_request.decode_event_type(data)
-            if kind == "response.create":
-                try:
-                    create = wire_request.decode_create(data)
-                except HotloopError as exc:
-                    await self.on_invalid_create(exc, data)
-                    return
-                await self.on_create(create)
-            elif kind == "response.append":
-                self.on_append(wire_request.decode_append(data))
-            elif kind == "response.steer":
-                await self.on_steer(wire_request.decode_steer(data))
-            elif kind == "response.processed":
-                return  # Codex's acknowledgement (§3.6): no reply
-            else:
-                raise HotloopError(f"Unknown event type '{kind}'.", param="type", code="unknown_event_type")
+            match decode_client_event(data):  # decoded once, into its event (wire/request.py)
+                case CreateEvent() as create:
+                    await self.on_create(create)
+                case AppendEvent() as append:
+                    self.on_append(append)
+                case SteerEvent() as steer:
+                    await self.on_steer(steer)
+                case ProcessedEvent():
+                    return  # Codex's acknowledgement (§3.6): no reply
+        except InvalidCreate as invalid:
+            await self.on_invalid_create(invalid.error, data)
         except QueueFull:
             self.closed.set()
             await self.writer.close(CLOSE_POLICY, "too many queued response.create events")
@@ -161,7 +156,7 @@ class Connection:
             await self._maybe_close_expired()
             return False
 
-    def on_append(self, event: wire_request.AppendEvent) -> None:
+    def on_append(self, event: AppendEvent) -> None:
         """Legacy `response.append`: continue the default lane's latest response (§3.6), resolved at its turn."""
         lane: Lane = None
         self.router.admit(None)
@@ -179,10 +174,10 @@ class Connection:
 
         self._enqueue(lane, job)
 
-    async def on_steer(self, event: wire_request.SteerEvent) -> None:
+    async def on_steer(self, event: SteerEvent) -> None:
         """Steering is not implemented: answer `response.steer.failed` with the target's lane and next number (§3.6)."""
         target = event.previous_response_id
-        lane, seq = self.seen.get(target or "", (None, 0))
+        lane, seq = self.state.steer_target(target)
         steer = {"previous_response_id": target, "input": event.input}
         error = {
             "type": "invalid_request_error",
@@ -199,7 +194,7 @@ class Connection:
         if queue is None:
             queue = self.queues[key] = asyncio.Queue()
             self.workers[key] = asyncio.create_task(self._worker(queue))
-        self.busy += 1
+        self.state.queued()
         queue.put_nowait(job)
 
     async def _worker(self, queue: asyncio.Queue[Job]) -> None:
@@ -214,7 +209,7 @@ class Connection:
             except Exception:
                 log.exception("websocket job failed")
             finally:
-                self.busy -= 1
+                self.state.done()
             await self._maybe_close_expired()
 
     async def _run_turn(self, create: CreateRequest, lane: Lane) -> None:
@@ -242,10 +237,8 @@ class Connection:
             async for event in events:
                 await self.send(event.data)
                 sent += 1
-                self.seen[response_id] = (lane, sent)
-        self.seen.move_to_end(response_id)
-        while len(self.seen) > SEEN_RESPONSES:
-            self.seen.popitem(last=False)
+                self.state.sent(response_id, lane, sent)
+        self.state.finished(response_id)
 
     # -- lifetime --------------------------------------------------------------------------------------------------
 
@@ -259,14 +252,12 @@ class Connection:
         await self._maybe_close_expired()
 
     async def _maybe_close_expired(self) -> None:
-        """Past the age limit, or draining for a shutdown, with no work left: close 1001 (§3.11). The age limit
-        sends its error first, once."""
-        draining = self.service.drain.draining
-        if not (draining or self.router.expired()) or self.busy or self.closed.is_set():
+        """Close 1001 when the protocol state says so (§3.11: the age limit, or a drain, with no work left)."""
+        close = self.state.close_now(self.service.drain.draining) if not self.closed.is_set() else None
+        if close is None:
             return
         self.closed.set()
-        if not draining and not self.limit_sent:
-            self.limit_sent = True
+        if close.limit_error:
             with contextlib.suppress(Exception):
                 await self.send_error(self.router.connection_limit_error())
         with contextlib.suppress(Exception):

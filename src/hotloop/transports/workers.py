@@ -133,7 +133,7 @@ def run_workers(settings: Settings) -> int:
     import logging.config
 
     from hotloop.observability.logs import logging_config
-    from hotloop.pipeline.sealing import load_secret
+    from hotloop.sealing import load_secret
 
     logging.config.dictConfig(logging_config(settings))  # the workers' format: plain text or JSON lines
     load_secret(settings.resolved_data_dir())  # before any worker exists: they all read this one key

@@ -11,6 +11,7 @@ import time
 
 import msgspec
 
+from hotloop.errors import failure_of
 from hotloop.ids import new_id
 from hotloop.wire import events as ev
 from hotloop.wire.events import Event, encode_event
@@ -19,9 +20,10 @@ from hotloop.wire.response import ErrorInfo, IncompleteDetails, Response, Usage
 
 
 def error_body(error: ErrorInfo) -> ev.ErrorBody:
-    """The in-band SSE `error` event's body for a failure (protocol.md §2.9): a safety block is the client's input."""
-    kind = "invalid_request_error" if error.code == "content_filter" else "server_error"
-    return ev.ErrorBody(type=kind, code=error.code, message=error.message, param=None)
+    """The in-band SSE `error` event's body for a failure (protocol.md §2.9), typed as a non-streaming reply's
+    body would be (errors.FAILURES): a safety block, an input too long for the engine, are the client's input."""
+    failure = failure_of(error.code)
+    return ev.ErrorBody(type=failure.type, code=error.code, message=error.message, param=failure.param)
 
 
 class ResponseBuilder:

@@ -64,21 +64,40 @@ class ClientEvent(msgspec.Struct, forbid_unknown_fields=False):
     type: str
 
 
-class AppendEvent(msgspec.Struct, forbid_unknown_fields=False):
+class CreateEvent(CreateRequest, tag_field="type", tag="response.create"):
+    """`response.create` (protocol.md §3.3): the create body's fields, flat, plus `stream_id`."""
+
+
+class AppendEvent(msgspec.Struct, tag_field="type", tag="response.append", forbid_unknown_fields=False):
     """Legacy `response.append` (protocol.md §3.6)."""
 
     input: str | list[msgspec.Raw] | None = None
 
 
-class SteerEvent(msgspec.Struct, forbid_unknown_fields=False):
+class SteerEvent(msgspec.Struct, tag_field="type", tag="response.steer", forbid_unknown_fields=False):
     previous_response_id: str | None = None
     input: Any = None
 
 
+class ProcessedEvent(msgspec.Struct, tag_field="type", tag="response.processed", forbid_unknown_fields=False):
+    """Codex's acknowledgement of a response (§3.6): no reply."""
+
+
+ClientEvents = CreateEvent | AppendEvent | SteerEvent | ProcessedEvent
+
+
+class InvalidCreate(Exception):
+    """A `response.create` frame whose fields do not decode: still a create on its lane (§3.9); `error` is what
+    the client is told there."""
+
+    def __init__(self, error: HotloopError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
 _create_decoder = msgspec.json.Decoder(CreateRequest)
 _event_decoder = msgspec.json.Decoder(ClientEvent)
-_append_decoder = msgspec.json.Decoder(AppendEvent)
-_steer_decoder = msgspec.json.Decoder(SteerEvent)
+_client_decoder = msgspec.json.Decoder(ClientEvents)
 _TOO_DEEP = "We could not parse the JSON body of your request: it is nested too deeply."
 _PATH = re.compile(r" - at `\$((?:\.[A-Za-z0-9_]+|\[\d+\])*)`$")
 
@@ -93,8 +112,11 @@ def param_of(error: msgspec.ValidationError) -> tuple[str, str | None]:
     return text[: match.start()], path or None
 
 
-def _validation_error(error: msgspec.ValidationError) -> HotloopError:
-    message, param = param_of(error)
+def validation_error(error: msgspec.ValidationError, prefix: str | None = None) -> HotloopError:
+    """msgspec's validation error as the 400 that names the field; `prefix`: where the value being decoded sits in
+    the body (`input[3]` for one input item), None for the body itself. The one translation of msgspec's errors."""
+    message, path = param_of(error)
+    param = ".".join(part for part in (prefix, path) if part) or None
     if message.startswith("Object missing required field"):
         field = message.split("`")[1]
         param = f"{param}.{field}" if param else field
@@ -110,7 +132,7 @@ def _decode(decoder: msgspec.json.Decoder[Any], data: bytes | str) -> Any:
     except msgspec.ValidationError as exc:
         if str(exc).startswith("Expected `object`, got") and param_of(exc)[1] is None:  # the body, not a field
             raise InvalidParam("The request body must be a JSON object.", param=None, code="invalid_type") from None
-        raise _validation_error(exc) from None
+        raise validation_error(exc) from None
     except msgspec.DecodeError as exc:
         raise InvalidJSON(f"We could not parse the JSON body of your request: {exc}.") from None
     except RecursionError:  # msgspec's own guard against deep nesting
@@ -187,26 +209,53 @@ def decode_create(data: bytes | str) -> CreateRequest:
     return request
 
 
-def decode_event_type(data: bytes | str) -> str:
-    """The `type` of a WebSocket frame (protocol.md §3.10): `invalid_json` or `invalid_event` when unusable."""
+def decode_client_event(data: bytes | str) -> ClientEvents:
+    """One WebSocket frame, decoded once into its event (protocol.md §3.10). Raises `InvalidJSON`, `invalid_event`
+    (no string `type`), `unknown_event_type`, `InvalidCreate` for a create whose fields do not decode or that is
+    over a size limit, or the field's error for another event."""
+    if len(data) >= COUNT_FIRST_BYTES:
+        _large_create_counts(data)
     try:
-        event: ClientEvent = _event_decoder.decode(data)
-    except msgspec.ValidationError:
-        raise InvalidParam(
-            "Each frame must be a JSON object with a string 'type'.", param="type", code="invalid_event"
-        ) from None
+        event: ClientEvents = _client_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise _classified(data, exc) from None
     except msgspec.DecodeError:
         raise InvalidJSON("The frame is not valid JSON.") from None
     except RecursionError:
         raise InvalidJSON(_TOO_DEEP) from None
-    return event.type
-
-
-def decode_append(data: bytes | str) -> AppendEvent:
-    event: AppendEvent = _decode(_append_decoder, data)
+    if isinstance(event, CreateEvent) and (
+        (event.tools is not None and len(event.tools) > MAX_TOOLS)
+        or (isinstance(event.input, list) and len(event.input) > MAX_INPUT_ITEMS)
+    ):
+        _large_create_counts(data)  # a smaller frame over a limit: the same error
     return event
 
 
-def decode_steer(data: bytes | str) -> SteerEvent:
-    event: SteerEvent = _decode(_steer_decoder, data)
-    return event
+def _large_create_counts(data: bytes | str) -> None:
+    """A create's item and tool limits, counted as raw JSON before a large frame is decoded whole."""
+    try:
+        kind = _event_decoder.decode(data).type
+    except (msgspec.DecodeError, RecursionError):
+        return  # the full decode reports it
+    if kind == "response.create":
+        try:
+            _check_counts(data)
+        except HotloopError as exc:
+            raise InvalidCreate(exc) from None
+
+
+_KNOWN_EVENTS = frozenset({"response.create", "response.append", "response.steer", "response.processed"})
+
+
+def _classified(data: bytes | str, exc: msgspec.ValidationError) -> Exception:
+    """What a frame that failed to decode is: no envelope, an unknown type, or a known event with a bad field."""
+    try:
+        kind = _event_decoder.decode(data).type
+    except (msgspec.DecodeError, RecursionError):  # ValidationError included: no object with a string `type`
+        return InvalidParam(
+            "Each frame must be a JSON object with a string 'type'.", param="type", code="invalid_event"
+        )
+    if kind not in _KNOWN_EVENTS:
+        return HotloopError(f"Unknown event type '{kind}'.", param="type", code="unknown_event_type")
+    error = validation_error(exc)
+    return InvalidCreate(error) if kind == "response.create" else error

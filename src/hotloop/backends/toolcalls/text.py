@@ -4,7 +4,7 @@
 text that may be a call is held until the end, then becomes calls if it parses and names offered tools, or is
 released as plain text. A malformed call is never an error. `ToolCalls` (a call's JSON, the offered tools, one
 call only without parallel calls) and `HeldCallParser` (hold or stream) also serve the `tokens` backend's parsers
-(tool_parsers.py).
+(toolcalls/streaming.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from hotloop.backends.base import Delta, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart, ToolSpec
+from hotloop.backends.base import Delta, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from hotloop.chat.specs import ToolSpec
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)

@@ -2,7 +2,7 @@
 
 hotloop renders and tokenizes with the model's own tokenizer and chat template, incrementally per chain, so each
 turn's prompt is the previous turn's ids plus the new ones and the engine's prefix cache hits. Only ids are sent;
-the generated text comes back and `tool_parsers` turns it into text and tool-call deltas as it streams.
+the generated text comes back and `toolcalls/streaming.py` turns it into text and tool-call deltas as it streams.
 
 Dialects (the request and the streamed chunks; the URL is the server's base):
 - `vllm`: POST <url>/completions (url ends in /v1), `prompt` = ids; usage with
@@ -26,10 +26,10 @@ import msgspec
 from hotloop.backends.base import BackendError, Delta, Finished, GenerationRequest
 from hotloop.backends.llama import output_schema
 from hotloop.backends.prompt_json import PromptJSON
-from hotloop.backends.tool_parsers import ToolParser, make_parser
+from hotloop.backends.toolcalls.streaming import ToolParser, make_parser
 from hotloop.backends.upstream import Retryable, UpstreamBackend, engine_ms, mid_stream_error
+from hotloop.chat.format import ChatFormat
 from hotloop.config import Upstream
-from hotloop.pipeline.render import ChatFormat
 
 PATHS = {"vllm": "/completions", "sglang": "/generate", "llamacpp": "/completion"}
 

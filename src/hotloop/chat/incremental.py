@@ -26,7 +26,7 @@ from collections.abc import Coroutine, Sequence
 from concurrent.futures import Executor
 from typing import Any, TypeVar, cast
 
-from hotloop.pipeline.render import Chat, ChatFormat
+from hotloop.chat.format import Chat, ChatFormat
 
 T = TypeVar("T")
 # Texts at least this long (characters, all of a render's texts together) are encoded on a worker thread: about

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from hotloop.backends.base import Delta, TextDelta, ToolSpec
-from hotloop.backends.toolcalls import CLOSE, OPEN, HeldCallParser, ToolCalls
+from hotloop.backends.base import Delta, TextDelta
+from hotloop.backends.toolcalls.text import CLOSE, OPEN, HeldCallParser, ToolCalls
+from hotloop.chat.specs import ToolSpec
 
 
 class ToolParser(Protocol):

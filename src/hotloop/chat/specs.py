@@ -1,0 +1,32 @@
+"""What rendering needs from outside a template: the tools offered to the model, and a tokenizer."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+
+class ToolSpec(msgspec.Struct, frozen=True):
+    """A tool offered to the model: a function (JSON-schema parameters) or a custom (freeform) tool."""
+
+    name: str
+    kind: Literal["function", "custom"] = "function"
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    namespace: str | None = None
+
+    @property
+    def prompt_name(self) -> str:
+        """The name the model sees and calls: namespaced tools as `namespace.name`, so equal names stay apart."""
+        return prompt_name(self.name, self.namespace)
+
+
+def prompt_name(name: str, namespace: str | None) -> str:
+    return f"{namespace}.{name}" if namespace else name
+
+
+class Tokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, tokens: list[int]) -> str: ...
