@@ -13,6 +13,7 @@ import pytest
 
 from hotloop.config import Settings
 from hotloop.errors import HotloopError, StoreUnavailable
+from hotloop.pipeline import background
 from hotloop.pipeline.admission import admit
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.turn import Turn, TurnOptions
@@ -106,3 +107,24 @@ async def test_a_client_that_goes_away_cancels_the_turn(service: Service) -> Non
     assert not service.drain.turns  # the turn left the set of turns in flight
     assert turn.response.status == "cancelled"
     assert "response.completed" not in seen
+
+
+async def test_background_start_relay_and_stop(service: Service) -> None:
+    """pipeline/background.py: stored queued at once, relayed to a streaming creator, stopped as cancelled."""
+    session = service.session("owner", caching=False)
+    turn = await admit(service, session, _create(input="bg", background=True))
+    running = await background.start(service, turn, stream=True)
+    stored = await service.store.get("owner", turn.response.id)
+    assert stored is not None and stored.status in ("queued", "in_progress")
+    kinds = [msgspec.json.decode(event.data)["type"] async for event in running.relay()]
+    assert kinds[:3] == ["response.created", "response.queued", "response.in_progress"]
+    assert kinds[-1] == "response.completed"
+    assert (await service.store.get("owner", turn.response.id)).status == "completed"  # type: ignore[union-attr]
+    slow = await admit(service, session, _create(input="bg", background=True, metadata={"sim_tps": "20"}))
+    await background.start(service, slow, stream=False)
+    task = background.running(service, slow.response.id)
+    assert task is not None
+    await asyncio.sleep(0.05)
+    await background.stop(task)
+    assert background.running(service, slow.response.id) is None
+    assert (await service.store.get("owner", slow.response.id)).status == "cancelled"  # type: ignore[union-attr]

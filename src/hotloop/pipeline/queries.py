@@ -3,26 +3,17 @@ the caller's usage ledger."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Literal
 
 import msgspec
 
 from hotloop.errors import InvalidParam, NotFound
 from hotloop.metering.records import UsageRecord, UsageTotals
+from hotloop.pipeline import background
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.session import Session
 from hotloop.wire.items import ContextItem, item_to_builtins
 from hotloop.wire.response import TERMINAL_STATUSES, DeletedResponse, Response
-
-
-async def _stopped(task: asyncio.Task[None]) -> None:
-    """Cancel a background turn and wait until it has stored its final state.
-
-    `asyncio.wait` does not raise the task's cancellation into the caller, so the request itself stays alive.
-    """
-    task.cancel()
-    await asyncio.wait({task})
 
 
 class ItemList(msgspec.Struct):
@@ -72,9 +63,9 @@ async def finished_response(service: Service, session: Session, response_id: str
     server restart cut it off) cannot be replayed: 400.
     """
     response = await get_response(service, session, response_id)
-    task = service.background.get(response_id)
+    task = background.running(service, response_id)
     if response.status not in TERMINAL_STATUSES and task is not None:
-        await asyncio.wait({task})  # a client that goes away stops waiting, never the task
+        await background.wait(task)
         response = await get_response(service, session, response_id)
     if response.status not in TERMINAL_STATUSES:
         raise InvalidParam(
@@ -85,11 +76,11 @@ async def finished_response(service: Service, session: Session, response_id: str
 
 
 async def delete_response(service: Service, session: Session, response_id: str) -> DeletedResponse:
-    task = service.background.get(response_id)
+    task = background.running(service, response_id)
     if task is not None:
         await get_response(service, session, response_id)  # another key's delete must not stop it
         # Stop it before deleting: a cancelled turn stores itself, which would bring the response back.
-        await _stopped(task)
+        await background.stop(task)
     if not await service.store.delete(session.owner, response_id):
         raise _not_found(response_id)
     service.forget(response_id)
@@ -120,9 +111,9 @@ async def cancel_response(service: Service, session: Session, response_id: str) 
             param="response_id",
             code="response_not_cancellable",
         )
-    task = service.background.get(response_id)
+    task = background.running(service, response_id)
     if task is not None and response.status not in TERMINAL_STATUSES:
-        await _stopped(task)
+        await background.stop(task)
         response = await get_response(service, session, response_id)
     return response
 

@@ -20,10 +20,10 @@ from hotloop.backends.sim import SimFault
 from hotloop.chat.messages import chat_messages
 from hotloop.errors import HotloopError, InvalidParam
 from hotloop.ids import new_id
+from hotloop.pipeline.generate import feed_delta
 from hotloop.pipeline.normalize import normalize_input
 from hotloop.pipeline.resolve import count_calls
 from hotloop.pipeline.tools import resolve_tool_choice, resolve_tools
-from hotloop.pipeline.turn import feed_delta
 from hotloop.pipeline.validate import check_request
 from hotloop.simengine.engine import Engine
 from hotloop.wire.builder import ResponseBuilder, error_body

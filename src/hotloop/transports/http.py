@@ -25,7 +25,7 @@ from hotloop.errors import (
     failure_of,
 )
 from hotloop.models import Model
-from hotloop.pipeline import queries
+from hotloop.pipeline import background, queries
 from hotloop.pipeline.admission import admit
 from hotloop.pipeline.compact import compact
 from hotloop.pipeline.prepare import start_turn
@@ -115,7 +115,7 @@ async def create_response(request: Request) -> Response:
     )
     turn = await admit(service, session, create, options, received_at)
     if turn.response.background:
-        return await _background(service, session, turn, stream=bool(create.stream))
+        return await _background(service, turn, stream=bool(create.stream))
     if create.stream:
         state = SendState()
         return sse_response(turn.events(state.congested), done=service.settings.sse_done, state=state)
@@ -156,37 +156,12 @@ async def _wait_disconnect(request: Request) -> None:
             return
 
 
-async def _background(service: Service, session: Session, turn: Turn, *, stream: bool) -> Response:
-    """Store the queued response, generate in a task that outlives the request (cancel: POST …/cancel)."""
-    turn.response.status = "queued"
-    await service.store.save(session.owner, turn.response, turn.new_items)
-    listeners: asyncio.Queue[Event | None] = asyncio.Queue()
-
-    async def run() -> None:
-        try:
-            async with contextlib.aclosing(turn.events()) as events:
-                async for event in events:
-                    if event.type == "response.in_progress":
-                        # GET shows the response generating, not still queued (protocol.md §1.6).
-                        await service.store.save(session.owner, turn.response, turn.new_items)
-                    if stream:
-                        listeners.put_nowait(event)
-        finally:
-            if stream:
-                for event in turn.cancelled_events:
-                    listeners.put_nowait(event)
-            listeners.put_nowait(None)
-            service.background.pop(turn.response.id, None)
-
-    service.background[turn.response.id] = asyncio.create_task(run())
+async def _background(service: Service, turn: Turn, *, stream: bool) -> Response:
+    """The queued response now (JSON), or its events as they are generated (SSE); pipeline/background.py runs it."""
+    running = await background.start(service, turn, stream=stream)
     if not stream:
         return raw_json(encode(turn.response))
-
-    async def relay() -> AsyncGenerator[Event, None]:
-        while (event := await listeners.get()) is not None:
-            yield event
-
-    return sse_response(relay(), done=service.settings.sse_done)
+    return sse_response(running.relay(), done=service.settings.sse_done)
 
 
 async def get_response(request: Request) -> Response:
