@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from conftest import RunningServer, start_server
-from hotloop.pipeline.budget import STATE_OVERHEAD, StateLRU
-from hotloop.pipeline.chains import ChainCache
-from hotloop.pipeline.context import ChainState, Context, item_nbytes
-from hotloop.pipeline.session import Session
+from hotloop.pipeline.state.chain_cache import ChainCache
+from hotloop.pipeline.state.context import ChainState, Context, item_nbytes
+from hotloop.pipeline.state.session import Session
+from hotloop.pipeline.state.state_lru import STATE_OVERHEAD, StateLRU
 from hotloop.wire.items import InputText, Message, OutputText
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import Response

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hotloop.errors import HotloopError, InvalidJSON
-from hotloop.pipeline.lanes import SEEN_RESPONSES, Close, ConnectionState, LaneLimits, LaneRouter, QueueFull
+from hotloop.pipeline.admission.lanes import SEEN_RESPONSES, Close, ConnectionState, LaneLimits, LaneRouter, QueueFull
 from hotloop.wire.request import (
     MAX_TOOLS,
     AppendEvent,

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import RunningServer, start_server
 from hotloop.observability.timings import STAGES
-from hotloop.pipeline.session import owner_of
+from hotloop.pipeline.state.session import owner_of
 from http_support import check_sequence, error_of, parse_sse
 from metrics_support import Scrape, metrics_url, scrape, wait_for
 from wsutil import WS, final, user

@@ -14,7 +14,7 @@ import pytest
 from hotloop.config import Settings
 from hotloop.errors import HotloopError, StoreUnavailable
 from hotloop.pipeline import background
-from hotloop.pipeline.admission import admit
+from hotloop.pipeline.admission.entry import admit
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.turn import Turn, TurnOptions
 from hotloop.transports.app import build_service

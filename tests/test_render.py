@@ -20,8 +20,8 @@ from hotloop.chat.media import image_tokens
 from hotloop.chat.messages import chat_messages
 from hotloop.chat.specs import ToolSpec
 from hotloop.errors import HotloopError
-from hotloop.pipeline.context import Context
 from hotloop.pipeline.normalize import normalize_item
+from hotloop.pipeline.state.context import Context
 from hotloop.sealing import seal
 from hotloop.wire.items import (
     ContextItem,

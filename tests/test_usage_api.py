@@ -17,7 +17,7 @@ import pytest
 
 from conftest import RunningServer, start_server
 from hotloop.backends.base import Delta, GenerationRequest
-from hotloop.pipeline.session import owner_of
+from hotloop.pipeline.state.session import owner_of
 from http_support import parse_sse, wait_status
 from process_support import ServerProcess
 from wsutil import WS, final

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from hotloop.metering.records import record_for
-from hotloop.pipeline.context import ChainState, Context
 from hotloop.pipeline.generate import Outcome
 from hotloop.pipeline.resolve import CONTINUABLE, count_calls
+from hotloop.pipeline.state.context import ChainState, Context
 from hotloop.wire.builder import error_body
 from hotloop.wire.events import Event
 from hotloop.wire.response import ErrorInfo
@@ -89,7 +89,7 @@ def meter(turn: Turn) -> None:
     """The usage record, the key's token window and the metrics of a finished response (off the event bytes)."""
     service, response, owner = turn.service, turn.response, turn.session.owner
     service.ledger.record(record_for(response, owner, turn.options.transport, turn.timings.milliseconds()))
-    if response.usage is not None:  # the key's tokens-per-minute window (pipeline/limits.py)
+    if response.usage is not None:  # the key's tokens-per-minute window (pipeline/admission/limits.py)
         service.rate_limiter.charge(owner, response.usage.total_tokens)
     service.metrics.observe(turn.timings)
     service.metrics.count_response(turn.model.id, response.status, turn.options.transport)

@@ -11,13 +11,13 @@ import msgspec
 
 from hotloop.chat.format import ChatFormat
 from hotloop.chat.incremental import Rendered
-from hotloop.pipeline import conversations
-from hotloop.pipeline.context import ChainState
+from hotloop.pipeline.objects import conversations
 from hotloop.pipeline.prompt import PromptBase, base_of
 from hotloop.pipeline.resend import MIN_ITEMS, Resent, input_items, raw_bytes_of
 from hotloop.pipeline.resolve import count_calls, expand_references, resolve_parent
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.session import Session
+from hotloop.pipeline.state.context import ChainState
+from hotloop.pipeline.state.session import Session
 from hotloop.pipeline.tools import ToolSet
 from hotloop.safety.stage import SafetyResult
 from hotloop.wire.items import ContextItem, ItemReference

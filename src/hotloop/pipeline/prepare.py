@@ -1,7 +1,7 @@
 """The pre-inference stages of a turn: `start_turn(...)` validates, resolves the previous state (a chain, a
 conversation or a resent history), normalizes, renders and scans, and raises a `HotloopError` before anything is
 sent (nothing stored, nothing cached); then `turn.events()` (pipeline/turn.py). Every transport reaches it through
-admission (pipeline/admission.py), which runs the drain, rate-limit and store checks first.
+admission (pipeline/admission/entry.py), which runs the drain, rate-limit and store checks first.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from hotloop.backends.base import GenerationRequest
 from hotloop.ids import new_id
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
-from hotloop.pipeline import conversations
-from hotloop.pipeline.context import ChainState, call_ids_of
 from hotloop.pipeline.inputs import Inputs, gather, match_resent, remember
+from hotloop.pipeline.objects import conversations
 from hotloop.pipeline.prompt import render_prompt
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.session import Session
+from hotloop.pipeline.state.context import ChainState, call_ids_of
+from hotloop.pipeline.state.session import Session
 from hotloop.pipeline.tools import ToolChoice, ToolSet, resolve_tool_choice, resolve_tools
 from hotloop.pipeline.turn import DEFAULT_OPTIONS, Turn, TurnOptions
 from hotloop.pipeline.validate import check_new_items, check_request

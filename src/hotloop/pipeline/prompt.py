@@ -19,7 +19,7 @@ from hotloop.chat.messages import item_messages, system_message
 from hotloop.chat.specs import ToolSpec
 from hotloop.errors import InvalidParam
 from hotloop.models import Model
-from hotloop.pipeline.context import ChainState
+from hotloop.pipeline.state.context import ChainState
 from hotloop.wire.items import ContextItem
 from hotloop.wire.request import CreateRequest
 

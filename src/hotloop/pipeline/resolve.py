@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hotloop.errors import InvalidParam, ModelNotFound, PreviousResponseNotFound
-from hotloop.pipeline.context import ChainState, Context, call_ids_of
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.session import Session
+from hotloop.pipeline.state.context import ChainState, Context, call_ids_of
+from hotloop.pipeline.state.session import Session
 from hotloop.wire.items import ContextItem, CustomToolCall, FunctionCall, ItemReference
 from hotloop.wire.request import CreateRequest
 

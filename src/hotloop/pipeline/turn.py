@@ -16,11 +16,11 @@ from hotloop.backends.base import GenerationRequest
 from hotloop.chat.incremental import Rendered
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
-from hotloop.pipeline.context import ChainState
 from hotloop.pipeline.finish import finish, finish_cancelled, log_finished
 from hotloop.pipeline.generate import BLOCKED, Generation, Outcome
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.session import Lane, Session
+from hotloop.pipeline.state.context import ChainState
+from hotloop.pipeline.state.session import Lane, Session
 from hotloop.pipeline.tools import ToolSet
 from hotloop.safety import SafetyResult
 from hotloop.wire.builder import ResponseBuilder
@@ -69,7 +69,7 @@ class Turn:
         self.builder = ResponseBuilder(response, options.stream_id)
         self.generate = request.generate is not False and not _prewarm(request)
         self.cancelled_events: list[Event] = []
-        # Set by a graceful shutdown that cuts this turn (pipeline/drain.py): it then ends `failed`, not `cancelled`.
+        # Set by a graceful shutdown that cuts this turn (admission/drain.py): it then ends `failed`, not `cancelled`.
         self.stop_error: ErrorInfo | None = None
 
     # -- the event stream ---------------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ class Turn:
         except asyncio.CancelledError:
             if self.stop_error is None:
                 raise
-            # A shutdown cut (pipeline/drain.py), not a departed client: the consumer still gets the terminal event.
+            # A shutdown cut (admission/drain.py), not a departed client: the consumer still gets the terminal event.
             _uncancel()
             ending, self.cancelled_events = self.cancelled_events, []  # delivered here, not by a listener too
             for event in ending:

@@ -1,4 +1,4 @@
-"""HTTP endpoints of the Conversations API: thin handlers over pipeline/conversations.py."""
+"""HTTP endpoints of the Conversations API: thin handlers over pipeline/objects/conversations.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from hotloop.pipeline import conversations
+from hotloop.pipeline.objects import conversations
 from hotloop.transports.http import http_session, raw_json, read_body
 from hotloop.transports.paging import page_params
 

@@ -1,4 +1,4 @@
-"""HTTP endpoints of the Responses API (protocol.md §1): thin handlers over the pipeline and its queries."""
+"""HTTP endpoints of the Responses API (protocol.md §1): thin handlers over the pipeline and its stored objects."""
 
 from __future__ import annotations
 
@@ -25,12 +25,13 @@ from hotloop.errors import (
     failure_of,
 )
 from hotloop.models import Model
-from hotloop.pipeline import background, queries
-from hotloop.pipeline.admission import admit
-from hotloop.pipeline.compact import compact
+from hotloop.pipeline import background
+from hotloop.pipeline.admission.entry import admit
+from hotloop.pipeline.objects import responses as stored
+from hotloop.pipeline.objects.compact import compact
 from hotloop.pipeline.prepare import start_turn
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.session import Session, owner_of
+from hotloop.pipeline.state.session import Session, owner_of
 from hotloop.pipeline.turn import Turn, TurnOptions
 from hotloop.transports.auth import authenticate
 from hotloop.transports.paging import page_params
@@ -168,20 +169,20 @@ async def get_response(request: Request) -> Response:
     """GET /v1/responses/{id}: the stored response; `stream=true` replays its events as SSE (protocol.md §1.8).
 
     `starting_after=N` sends only the events with `sequence_number > N`; `include_obfuscation` is accepted and
-    ignored. A background response still generating is waited for, then replayed whole (`queries.finished_response`).
+    ignored. A background response still generating is waited for, then replayed whole (`stored.finished_response`).
     """
     service, session = http_session(request)
     query = request.query_params
     response_id = request.path_params["response_id"]
     if query.get("stream") not in ("true", "1"):
-        return raw_json(encode(await queries.get_response(service, session, response_id)))
+        return raw_json(encode(await stored.get_response(service, session, response_id)))
     raw_after = query.get("starting_after")
     after = -1
     if raw_after is not None:
         if not (raw_after.isascii() and raw_after.isdigit()):
             raise InvalidParam("starting_after must be a non-negative integer.", param="starting_after")
         after = int(raw_after)
-    response = await queries.finished_response(service, session, response_id)
+    response = await stored.finished_response(service, session, response_id)
     events = replay_events(response, starting_after=after)
 
     async def replay() -> AsyncGenerator[Event, None]:
@@ -193,14 +194,14 @@ async def get_response(request: Request) -> Response:
 
 async def delete_response(request: Request) -> Response:
     service, session = http_session(request)
-    deleted = await queries.delete_response(service, session, request.path_params["response_id"])
+    deleted = await stored.delete_response(service, session, request.path_params["response_id"])
     return raw_json(encode(deleted))
 
 
 async def list_input_items(request: Request) -> Response:
     service, session = http_session(request)
     after, limit, order = page_params(request.query_params)
-    page = await queries.input_items(
+    page = await stored.input_items(
         service, session, request.path_params["response_id"], after=after, limit=limit, order=order
     )
     return raw_json(msgspec.json.encode(page))
@@ -208,7 +209,7 @@ async def list_input_items(request: Request) -> Response:
 
 async def cancel_response(request: Request) -> Response:
     service, session = http_session(request)
-    response = await queries.cancel_response(service, session, request.path_params["response_id"])
+    response = await stored.cancel_response(service, session, request.path_params["response_id"])
     return raw_json(encode(response))
 
 
@@ -219,7 +220,7 @@ async def list_usage(request: Request) -> Response:
     raw_limit = query.get("limit", "100")
     if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
         raise InvalidParam("limit must be an integer between 1 and 1000.", param="limit")
-    page = await queries.usage(
+    page = await stored.usage(
         service, session, after=query.get("after"), limit=int(raw_limit), model=query.get("model")
     )
     return raw_json(msgspec.json.encode(page))

@@ -16,10 +16,10 @@ import msgspec
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from hotloop.errors import HotloopError, PreviousResponseNotFound, RateLimited, ServerError, UpgradeRequired
-from hotloop.pipeline.admission import admit
-from hotloop.pipeline.lanes import ConnectionState, LaneLimits, QueueFull
+from hotloop.pipeline.admission.entry import admit
+from hotloop.pipeline.admission.lanes import ConnectionState, LaneLimits, QueueFull
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.session import Lane, Session, owner_of
+from hotloop.pipeline.state.session import Lane, Session, owner_of
 from hotloop.pipeline.turn import TurnOptions
 from hotloop.transports.auth import authenticate, selected_subprotocol
 from hotloop.transports.http import error_response, wants_timings
@@ -56,7 +56,7 @@ class Connection:
             max_queued=settings.ws_max_queued,
             lanes=settings.ws_lanes,
         )
-        self.state = ConnectionState(limits)  # every protocol decision (pipeline/lanes.py); here only the I/O
+        self.state = ConnectionState(limits)  # every protocol decision (pipeline/admission/lanes.py); here only the I/O
         self.router = self.state.router
         self.active = asyncio.Semaphore(settings.ws_max_active)
         self.queues: dict[Lane, asyncio.Queue[Job]] = {}

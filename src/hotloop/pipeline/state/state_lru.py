@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-from hotloop.pipeline.context import ChainState
+from hotloop.pipeline.state.context import ChainState
 
 # A state's response, request, tools and safety states, beyond the items its turn added.
 STATE_OVERHEAD = 2048

@@ -3,14 +3,14 @@
 In a fixed order, each check refusing before anything later runs, so a refused create generates nothing and
 stores nothing:
 
-1. the drain: a server shutting down takes no new work (503 `server_is_overloaded`, pipeline/drain.py);
-2. the key's rate limit: requests per minute, and tokens per minute already spent (429, pipeline/limits.py);
+1. the drain: a server shutting down takes no new work (503 `server_is_overloaded`, pipeline/admission/drain.py);
+2. the key's rate limit: requests per minute, and tokens per minute already spent (429, pipeline/admission/limits.py);
 3. the store, when the response will be stored: a store seen down is probed first (503 `store_unavailable`,
    stores/health.py), so the create fails before it generates rather than at its save;
 4. `start_turn`: validate, resolve, normalize, render and scan (pipeline/prepare.py).
 
 Connection and lane limits come before a create reaches here: they belong to the WebSocket connection that
-queues it (pipeline/lanes.py, pipeline/limits.py's connection slots).
+queues it (pipeline/admission/lanes.py, pipeline/admission/limits.py's connection slots).
 
 Whatever refuses a continuation, its parent is evicted from the requesting lane (§3.8.3, `Session.evict`).
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from hotloop.pipeline.prepare import start_turn
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.session import Session
+from hotloop.pipeline.state.session import Session
 from hotloop.pipeline.turn import DEFAULT_OPTIONS, Turn, TurnOptions
 from hotloop.wire.request import CreateRequest
 

@@ -15,9 +15,9 @@ import msgspec
 from hotloop.errors import InvalidParam, MissingParam, NotFound
 from hotloop.ids import new_id
 from hotloop.pipeline.normalize import normalize_item
-from hotloop.pipeline.queries import ItemList, item_list
+from hotloop.pipeline.objects.responses import ItemList, item_list
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.session import Session
+from hotloop.pipeline.state.session import Session
 from hotloop.pipeline.validate import check_metadata
 from hotloop.wire.conversations import (
     MAX_ITEMS_PER_CALL,

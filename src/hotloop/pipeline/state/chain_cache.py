@@ -8,8 +8,8 @@ entries (`chain_cache_entries`) and in bytes (`chain_cache_bytes`); an evicted c
 
 from __future__ import annotations
 
-from hotloop.pipeline.budget import StateLRU
-from hotloop.pipeline.context import ChainState
+from hotloop.pipeline.state.context import ChainState
+from hotloop.pipeline.state.state_lru import StateLRU
 
 
 class ChainCache:

@@ -13,7 +13,7 @@ from collections import OrderedDict
 import msgspec
 
 from hotloop.errors import ConnectionLimit, HotloopError, InvalidParam
-from hotloop.pipeline.session import Lane
+from hotloop.pipeline.state.session import Lane
 from hotloop.pipeline.validate import check_stream_id
 
 CONNECTION_LIMIT_MESSAGE = (

@@ -8,8 +8,8 @@ import time
 import weakref
 from collections.abc import Hashable
 
-from hotloop.pipeline.budget import StateLRU
-from hotloop.pipeline.context import ChainState
+from hotloop.pipeline.state.context import ChainState
+from hotloop.pipeline.state.state_lru import StateLRU
 
 Lane = str | None  # None is the default lane
 _SESSION_IDS = itertools.count()
@@ -64,7 +64,7 @@ class Session:
     def evict(self, lane: Lane, response_id: str | None) -> None:
         """A failed continuation evicts its parent from the requesting lane only (§3.8.3): a client that retries
         resends the full context rather than continuing from a state it may no longer share with the server.
-        Called for every failure: admission's (pipeline/admission.py), a create frame that did not decode
+        Called for every failure: admission's (pipeline/admission/entry.py), a create frame that did not decode
         (transports/websocket.py), a turn that failed generating (pipeline/turn.py)."""
         if not response_id:
             return

@@ -11,7 +11,7 @@ from hotloop.errors import InvalidParam, NotFound
 from hotloop.metering.records import UsageRecord, UsageTotals
 from hotloop.pipeline import background
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.session import Session
+from hotloop.pipeline.state.session import Session
 from hotloop.wire.items import ContextItem, item_to_builtins
 from hotloop.wire.response import TERMINAL_STATUSES, DeletedResponse, Response
 

@@ -14,9 +14,9 @@ import msgspec
 
 from hotloop.errors import MissingParam, ServerError
 from hotloop.ids import new_id
-from hotloop.pipeline.admission import admit
+from hotloop.pipeline.admission.entry import admit
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.session import Session
+from hotloop.pipeline.state.session import Session
 from hotloop.sealing import seal
 from hotloop.wire.items import Compaction, ContextItem, Message, item_to_builtins, output_text
 from hotloop.wire.request import CreateRequest
