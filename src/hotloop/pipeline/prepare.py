@@ -21,7 +21,7 @@ from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.context import ChainState, call_ids_of
 from hotloop.pipeline.state.session import Session
 from hotloop.pipeline.tools import ToolChoice, ToolSet, resolve_tool_choice, resolve_tools
-from hotloop.pipeline.turn import DEFAULT_OPTIONS, Turn, TurnOptions
+from hotloop.pipeline.turn import DEFAULT_OPTIONS, Prepared, Turn, TurnOptions
 from hotloop.pipeline.validate import check_new_items, check_request
 from hotloop.safety import SafetyStates
 from hotloop.safety.stage import SafetyResult
@@ -38,11 +38,8 @@ async def start_turn(
     options: TurnOptions = DEFAULT_OPTIONS,
     received_at: float | None = None,
 ) -> Turn:
-    """Validate, resolve, normalize, render and scan; raises `HotloopError` (nothing stored, nothing cached).
-
-    A create comes through `admission.admit`, which runs its admission checks first; `received_at`
-    (time.perf_counter()) is when the request's last byte arrived: stage timings start there.
-    """
+    """Validate, resolve, render and scan (after admission: admission/entry.py); raises `HotloopError`, nothing
+    stored or cached. `received_at` (time.perf_counter()): the request's last byte, where stage timings start."""
     timings = StageTimings(received_at)
     with timings.stage("validate"):
         check_request(request, websocket=options.websocket)
@@ -52,9 +49,7 @@ async def start_turn(
     with timings.stage("resolve"):
         inputs = await gather(service, session, request, conversation_id, resent)
     with timings.stage("validate"):
-        tools = _tools(request, inputs)
-        choice = resolve_tool_choice(request.tool_choice, tools)
-        call_ids = _check_items(service, inputs)
+        tools, choice, call_ids = _check_tools_and_items(service, request, inputs)
     # Rendered before the safety scan: a prompt too long for the window is refused from its length (`token_floor`)
     # or once the tokenizer (off the event loop, GIL released) has counted it, before regexes run over megabytes
     # of it on the GIL.
@@ -63,35 +58,30 @@ async def start_turn(
         prompt, rendered = await render_prompt(service.renderer, model, request, tools.specs, base, fresh)
     with timings.stage("safety"):
         safety = await _scan(service, inputs)
-    remember(
-        service,
-        session,
-        request,
-        inputs,
-        calls=call_ids,
-        safety=safety,
-        rendered=rendered,
-        chat=model.chat,
-        tools=tools,
-    )
+    chat, calls = model.chat, call_ids
+    remember(service, session, request, inputs, calls=calls, safety=safety, rendered=rendered, chat=chat, tools=tools)
     response = _new_response(request, model, tools.echo, choice, conversation_id, safety)
-    generation = _generation(request, response, model, choice, prompt, inputs)
-    return Turn(
-        service,
-        session,
-        request,
-        response,
+    prepared = Prepared(
+        request=request,
+        response=response,
         parent=inputs.parent,
         new_items=inputs.items,
         call_ids=call_ids,
         model=model,
-        generation=generation,
+        generation=_generation(request, response, model, choice, prompt, inputs),
         rendered=rendered,
         safety=safety,
         tools=tools,
-        options=options,
         timings=timings,
     )
+    return Turn(service, session, prepared, options)
+
+
+def _check_tools_and_items(
+    service: Service, request: CreateRequest, inputs: Inputs
+) -> tuple[ToolSet, ToolChoice, frozenset[str]]:
+    tools = _tools(request, inputs)
+    return tools, resolve_tool_choice(request.tool_choice, tools), _check_items(service, inputs)
 
 
 def _tools(request: CreateRequest, inputs: Inputs) -> ToolSet:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
 
 import msgspec
 
@@ -30,44 +31,45 @@ from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import ErrorInfo, Response
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prepared:
+    """What the pre-inference stages made of a request (pipeline/prepare.py): all a turn generates and finishes
+    from."""
+
+    request: CreateRequest
+    response: Response
+    parent: ChainState | None
+    new_items: list[ContextItem]
+    call_ids: frozenset[str]
+    model: Model
+    generation: GenerationRequest
+    rendered: Rendered | None
+    safety: SafetyResult
+    tools: ToolSet
+    timings: StageTimings
+
+
 class Turn:
     """A validated, rendered request ready to generate."""
 
-    def __init__(
-        self,
-        service: Service,
-        session: Session,
-        request: CreateRequest,
-        response: Response,
-        *,
-        parent: ChainState | None,
-        new_items: list[ContextItem],
-        call_ids: frozenset[str],
-        model: Model,
-        generation: GenerationRequest,
-        rendered: Rendered | None,
-        safety: SafetyResult,
-        tools: ToolSet,
-        options: TurnOptions,
-        timings: StageTimings,
-    ) -> None:
+    def __init__(self, service: Service, session: Session, prepared: Prepared, options: TurnOptions) -> None:
         self.service = service
         self.session = session
-        self.request = request
-        self.response = response
-        self.parent = parent
-        self.new_items = new_items
-        self.call_ids = call_ids
-        self.model = model
-        self.generation = generation
-        self.rendered = rendered
-        self.safety = safety
-        self.tools = tools
         self.options = options
         self.lane = options.lane
-        self.timings = timings
-        self.builder = ResponseBuilder(response, options.stream_id)
-        self.generate = request.generate is not False and not _prewarm(request)
+        self.request = prepared.request
+        self.response = prepared.response
+        self.parent = prepared.parent
+        self.new_items = prepared.new_items
+        self.call_ids = prepared.call_ids
+        self.model = prepared.model
+        self.generation = prepared.generation
+        self.rendered = prepared.rendered
+        self.safety = prepared.safety
+        self.tools = prepared.tools
+        self.timings = prepared.timings
+        self.builder = ResponseBuilder(self.response, options.stream_id)
+        self.generate = self.request.generate is not False and not _prewarm(self.request)
         self.cancelled_events: list[Event] = []
         # Set by a graceful shutdown that cuts this turn (admission/drain.py): it then ends `failed`, not `cancelled`.
         self.stop_error: ErrorInfo | None = None

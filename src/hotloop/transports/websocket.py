@@ -16,7 +16,7 @@ import msgspec
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from hotloop.errors import HotloopError, PreviousResponseNotFound, RateLimited, ServerError, UpgradeRequired
-from hotloop.pipeline.admission.entry import admit
+from hotloop.pipeline.admission.entry import admit, admit_connection, release_connection
 from hotloop.pipeline.admission.lanes import ConnectionState, LaneLimits, QueueFull
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Lane, Session, owner_of
@@ -304,9 +304,8 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         key = authenticate(websocket.headers, settings.api_keys)
         if not settings.websocket:
             raise UpgradeRequired("WebSocket mode is disabled on this server; use HTTP.")
-        service.drain.check()
         owner = owner_of(key, bool(settings.api_keys))
-        service.connection_slots.acquire(owner)  # 429 beyond max_connections or max_connections_per_key
+        admit_connection(service, owner)
     except HotloopError as exc:
         await websocket.send_denial_response(error_response(exc))
         return
@@ -319,4 +318,4 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         await Connection(websocket, service, session, default_model).run()
     finally:
         gauge.dec()
-        service.connection_slots.release(owner)
+        release_connection(service, owner)

@@ -3,14 +3,14 @@
 In a fixed order, each check refusing before anything later runs, so a refused create generates nothing and
 stores nothing:
 
-1. the drain: a server shutting down takes no new work (503 `server_is_overloaded`, pipeline/admission/drain.py);
-2. the key's rate limit: requests per minute, and tokens per minute already spent (429, pipeline/admission/limits.py);
+1. the drain: a server shutting down takes no new work (503 `server_is_overloaded`, drain.py);
+2. the key's rate limit: requests per minute, and tokens per minute already spent (429, limits.py);
 3. the store, when the response will be stored: a store seen down is probed first (503 `store_unavailable`,
    stores/health.py), so the create fails before it generates rather than at its save;
 4. `start_turn`: validate, resolve, normalize, render and scan (pipeline/prepare.py).
 
-Connection and lane limits come before a create reaches here: they belong to the WebSocket connection that
-queues it (pipeline/admission/lanes.py, pipeline/admission/limits.py's connection slots).
+A WebSocket connection is admitted once, at its upgrade (`admit_connection`: the drain, then a connection slot
+of the process and of the key); its lane limits apply as each create joins a lane (lanes.py).
 
 Whatever refuses a continuation, its parent is evicted from the requesting lane (§3.8.3, `Session.evict`).
 """
@@ -42,3 +42,14 @@ async def admit(
     except Exception:
         session.evict(options.lane, request.previous_response_id)
         raise
+
+
+def admit_connection(service: Service, owner: str) -> None:
+    """A WebSocket upgrade: refused while draining (503), or beyond `max_connections` or
+    `max_connections_per_key` (429); the slot is the caller's to `release_connection` when the socket closes."""
+    service.drain.check()
+    service.connection_slots.acquire(owner)
+
+
+def release_connection(service: Service, owner: str) -> None:
+    service.connection_slots.release(owner)
