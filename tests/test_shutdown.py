@@ -103,6 +103,19 @@ def _json(server: ServerProcess, metadata: dict[str, str]) -> Callable[[threadin
     return client
 
 
+def _wait_generating(server: ServerProcess, transport: str, count: int, timeout: float = 10.0) -> None:
+    """Poll GET /metrics until `count` responses of `transport` are generating."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = httpx.get(server.base_url.removesuffix("/v1") + "/metrics", timeout=5).text
+        line = f'hotloop_responses_in_flight{{transport="{transport}"}}'
+        values = [float(row.split()[-1]) for row in text.splitlines() if row.startswith(line)]
+        if values and values[0] >= count:
+            return
+        assert time.monotonic() < deadline, f"{transport}: fewer than {count} responses generating"
+        time.sleep(0.02)
+
+
 def test_sigterm_drains_then_exits_cleanly(tmp_path: Path) -> None:
     server = ServerProcess(tmp_path, shutdown_grace_s=GRACE_S).wait_ready()
     try:
@@ -119,7 +132,7 @@ def test_sigterm_drains_then_exits_cleanly(tmp_path: Path) -> None:
             "/responses", json={"model": SIM, "input": "bg", "background": True, "metadata": SLOW}
         ).json()
         load.wait_started()
-        time.sleep(0.3)  # the JSON requests have reached the server
+        _wait_generating(server, "http", 2)  # both JSON requests are generating (not merely sent)
 
         server.signal()
         sigterm_at = time.monotonic()
