@@ -79,10 +79,21 @@ def check_response(response: dict[str, Any]) -> None:
     _validator("ResponseResource").validate(_strip_json_schema(response))
 
 
+# OpenAI's names for the raw reasoning text's events (protocol.md §2.6, `reasoning_events = "openai"`): the same
+# shape as Open Responses' `response.reasoning.delta` / `.done`, so they are validated as those.
+OPENAI_ALIASES = {
+    "response.reasoning_text.delta": "response.reasoning.delta",
+    "response.reasoning_text.done": "response.reasoning.done",
+}
+
+
 def check_event(event: dict[str, Any]) -> None:
     kind = event["type"]
     if kind in EXTENSION_EVENTS:
         return
+    if kind in OPENAI_ALIASES:
+        kind = OPENAI_ALIASES[kind]
+        event = {**event, "type": kind}
     schemas = _event_schemas()
     assert kind in schemas, f"event type {kind!r} is neither in the OR schema nor a documented extension"
     if "response" in event:

@@ -61,6 +61,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_body_bytes: int = 16 * MiB
     strict_params: bool = False
     sse_done: bool = True
+    reasoning_events: Literal["openai", "openresponses", "none"] = "openai"
     websocket: bool = True
     ws_deflate: bool = False
     ws_lanes: bool = True
@@ -81,6 +82,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     sim_tool_calls: int = 2
     sim_parallel_calls: int = 1
     sim_seed: int = 0
+    sim_reasoning_tokens: int = 0
     llama_threads: int = 0
     llama_n_ctx: int = 8192
     llama_kv_cache_bytes: int = 256 * MiB
@@ -140,6 +142,9 @@ HELP: dict[str, str] = {
     "max_body_bytes": "Largest HTTP body or WebSocket frame accepted (413 / close 1009 beyond).",
     "strict_params": "Reject unknown request fields with 400 unknown_parameter instead of ignoring them.",
     "sse_done": "End SSE streams with `data: [DONE]`.",
+    "reasoning_events": "How a reasoning item's raw text streams: openai (response.reasoning_text.*: openai-python's "
+    "types, Codex's live reasoning), openresponses (response.reasoning.*) or none (the text in output_item.done "
+    "only; protocol.md §2.6).",
     "websocket": "Serve WebSocket mode on GET /v1/responses (off: upgrades get 426).",
     "ws_deflate": "Accept permessage-deflate when a client offers it.",
     "ws_lanes": "Run named `stream_id` lanes concurrently (off: one FIFO per connection).",
@@ -160,6 +165,8 @@ HELP: dict[str, str] = {
     "sim_tool_calls": "hotloop-sim: K, the function calls it makes in a conversation before answering.",
     "sim_parallel_calls": "hotloop-sim: calls per response when parallel_tool_calls is true.",
     "sim_seed": "hotloop-sim: seed; same seed and input give the same output.",
+    "sim_reasoning_tokens": "hotloop-sim: a reasoning model's thinking, in tokens, before each answer or call "
+    "(0: none); streamed as a reasoning item.",
     "llama_threads": "smollm2-135m: CPU threads for llama.cpp (0: all cores).",
     "llama_n_ctx": "smollm2-135m: context window in tokens.",
     "llama_kv_cache_bytes": "smollm2-135m: byte bound of the KV state snapshots of recent chains (LRU; 0: "

@@ -102,6 +102,7 @@ def build_registry(settings: Settings) -> ModelRegistry:
             tool_calls=settings.sim_tool_calls,
             parallel_calls=settings.sim_parallel_calls,
             seed=settings.sim_seed,
+            reasoning_tokens=settings.sim_reasoning_tokens,
         )
         models[SIM] = Model(SIM, SimBackend(sim), chat, context_window=131_072)
     if SMOLLM2 in settings.models:

@@ -53,6 +53,13 @@ class ToolCallStart(msgspec.Struct):
     namespace: str | None = None
 
 
+class ReasoningDelta(msgspec.Struct):
+    """A piece of the model's reasoning (an engine's `reasoning_content`, `reasoning` or `thinking`): it streams
+    into a `reasoning` output item before the message or calls of the turn (protocol.md §2.6)."""
+
+    text: str
+
+
 class ToolCallDelta(msgspec.Struct):
     """A piece of the open call's `arguments` (function) or `input` (custom)."""
 
@@ -75,9 +82,11 @@ class Finished(msgspec.Struct):
     # The engine's own time for the request (prompt processing + generation), when it reports one (llama.cpp's
     # server: `timings.prompt_ms + predicted_ms`): the real model time of the turn, for `hotloop bench`.
     engine_ms: float | None = None
+    # Of `output_tokens`, those the engine counted as reasoning (`completion_tokens_details.reasoning_tokens`).
+    reasoning_tokens: int = 0
 
 
-Delta = TextDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | Finished
+Delta = TextDelta | ReasoningDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | Finished
 
 
 class BackendError(Exception):

@@ -17,6 +17,7 @@ from hotloop.backends.base import (
     Delta,
     Finished,
     GenerationRequest,
+    ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     ToolCallEnd,
@@ -42,6 +43,11 @@ class _CallDelta(msgspec.Struct):
 class _Delta(msgspec.Struct):
     content: str | None = None
     tool_calls: list[_CallDelta] | None = None
+    # The model's reasoning, by engine: vLLM and SGLang (`reasoning_content`, newer vLLM `reasoning`), llama.cpp's
+    # server and LM Studio (`reasoning_content`), Ollama (`reasoning`; `thinking` in its own API's shape).
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    thinking: str | None = None
 
 
 class _Choice(msgspec.Struct):
@@ -53,10 +59,15 @@ class _Details(msgspec.Struct):
     cached_tokens: int | None = None
 
 
+class _CompletionDetails(msgspec.Struct):
+    reasoning_tokens: int | None = None
+
+
 class _Usage(msgspec.Struct):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     prompt_tokens_details: _Details | None = None
+    completion_tokens_details: _CompletionDetails | None = None
 
 
 class _Chunk(msgspec.Struct):
@@ -153,6 +164,10 @@ class _StreamReader:
 
     def _delta(self, delta: _Delta) -> list[Delta]:
         out: list[Delta] = []
+        reasoning = delta.reasoning_content or delta.reasoning or delta.thinking
+        if reasoning:
+            out += self._close()
+            out.append(ReasoningDelta(reasoning))
         if delta.content:
             out += self._close()
             out.append(TextDelta(delta.content))
@@ -197,12 +212,14 @@ class _StreamReader:
             raise Retryable(BackendError("The upstream engine ended its stream without a finish reason."))
         usage = self.usage
         details = usage.prompt_tokens_details if usage is not None else None
+        completion = usage.completion_tokens_details if usage is not None else None
         finished = Finished(
             reason=self.reason,
             output_tokens=usage.completion_tokens if usage is not None else self.pieces,
             cached_tokens=(details.cached_tokens or 0) if details is not None else 0,
             prompt_tokens=usage.prompt_tokens if usage is not None else None,
             engine_ms=self.engine_ms,
+            reasoning_tokens=(completion.reasoning_tokens or 0) if completion is not None else 0,
         )
         return [*self._close(), finished]
 

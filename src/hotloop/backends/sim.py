@@ -4,7 +4,8 @@ Same seed + same prompt tokens → same output. Pacing: `ttft_ms` before the fir
 second. Tool policy: with tools offered and fewer than K calls in the conversation, call a declared tool with
 arguments built from its JSON schema (a shell-like tool, one with a `cmd`/`command`/`commands` property, is
 preferred and gets a real command: `shell_command`); otherwise answer with text. Per-request overrides through
-`metadata`: `sim_ttft_ms`, `sim_tps`, `sim_output_tokens`, `sim_tool_calls`; and `hotloop_sim_fault`, a test facility
+`metadata`: `sim_ttft_ms`, `sim_tps`, `sim_output_tokens`, `sim_tool_calls`, `sim_reasoning_tokens` (thinking before
+each answer or call: a reasoning item, counted in `reasoning_tokens`); and `hotloop_sim_fault`, a test facility
 that makes the model fail: `stall_after:N` (hang after N output tokens), `die_after:N` (raise after N), `crash`
 (raise before the first token). Unparsable overrides are ignored.
 """
@@ -28,6 +29,7 @@ from hotloop.backends.base import (
     Delta,
     Finished,
     GenerationRequest,
+    ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     ToolCallEnd,
@@ -118,6 +120,10 @@ class SimSettings(msgspec.Struct, frozen=True):
     tool_calls: int = 2
     parallel_calls: int = 1
     seed: int = 0
+    reasoning_tokens: int = 0  # a reasoning model: this many tokens of thinking before each answer or call
+
+
+REASONING = "reasoning"  # the plan's marker for the thinking that comes first
 
 
 class SimBackend:
@@ -174,8 +180,18 @@ class SimBackend:
         digest.update(f"{self.settings.seed}:{len(packed)}".encode())
         return random.Random(int.from_bytes(digest.digest(), "little"))
 
-    def _plan(self, request: GenerationRequest, rng: random.Random) -> list[tuple[ToolSpec | None, list[str]]]:
-        """What to emit: tool calls (spec, argument pieces) or one text answer (None, words)."""
+    def _plan(self, request: GenerationRequest, rng: random.Random) -> list[tuple[ToolSpec | str | None, list[str]]]:
+        """What to emit: the reasoning first (REASONING, words) when the model thinks, then tool calls (spec,
+        argument pieces) or one text answer (None, words)."""
+        thinking = int(self._option(request, "reasoning_tokens", self.settings.reasoning_tokens))
+        reasoning: list[tuple[ToolSpec | str | None, list[str]]] = []
+        if thinking > 0:
+            words = [rng.choice(_WORDS) for _ in range(thinking)]
+            reasoning = [(REASONING, ["Let me think: " + words[0]] + [" " + word for word in words[1:]])]
+        return reasoning + self._answer(request, rng)
+
+    def _answer(self, request: GenerationRequest, rng: random.Random) -> list[tuple[ToolSpec | str | None, list[str]]]:
+        """Tool calls (spec, argument pieces) or one text answer (None, words)."""
         k = int(self._option(request, "tool_calls", self.settings.tool_calls))
         wants_tool = request.tools and request.tool_choice != "none"
         if wants_tool and (request.tool_choice == "required" or request.calls_so_far < k):
@@ -208,13 +224,13 @@ class SimBackend:
         limit = request.max_output_tokens
         rng = self._rng(request, packed)
         start = time.perf_counter() + ttft
-        emitted = 0
+        emitted = thought = 0
         reason: Literal["stop", "length"] = "stop"
         try:
             if fault is not None and fault[1] == 0:
                 await _fail(fault[0])
             for spec, pieces in self._plan(request, rng):
-                if spec is not None:
+                if isinstance(spec, ToolSpec):
                     yield ToolCallStart(name=spec.name, kind=spec.kind, namespace=spec.namespace)
                 for piece in pieces:
                     if limit is not None and emitted >= limit:
@@ -226,10 +242,14 @@ class SimBackend:
                     if delay > 0.0005:
                         await asyncio.sleep(delay)
                     emitted += 1
-                    yield ToolCallDelta(text=piece) if spec is not None else TextDelta(text=piece)
+                    if spec == REASONING:
+                        thought += 1
+                        yield ReasoningDelta(text=piece)
+                    else:
+                        yield ToolCallDelta(text=piece) if spec is not None else TextDelta(text=piece)
                 if reason == "length":
                     break
-                if spec is not None:
+                if isinstance(spec, ToolSpec):
                     yield ToolCallEnd()
         except BaseException:  # cancelled (the client went away, a timeout), closed, or the fault above
             self.stats.stopped += 1
@@ -237,7 +257,7 @@ class SimBackend:
             raise
         self._remember(packed)
         self.stats.finished += 1
-        yield Finished(reason=reason, output_tokens=emitted, cached_tokens=cached)
+        yield Finished(reason=reason, output_tokens=emitted, cached_tokens=cached, reasoning_tokens=thought)
 
 
 async def _fail(kind: str) -> None:

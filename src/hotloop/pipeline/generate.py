@@ -17,6 +17,7 @@ from hotloop.backends.base import (
     BackendError,
     Finished,
     GenerationRequest,
+    ReasoningDelta,
     TextDelta,
     ToolCallDelta,
     ToolCallEnd,
@@ -129,7 +130,7 @@ class Generation:
         if delta.engine_ms is not None:  # the engine's own time, as it reported it
             self.timings.add("engine", delta.engine_ms / 1000)
         prompt = len(self.request.prompt_tokens) if delta.prompt_tokens is None else delta.prompt_tokens
-        usage = Usage.of(prompt, delta.cached_tokens, delta.output_tokens)
+        usage = Usage.of(prompt, delta.cached_tokens, delta.output_tokens, delta.reasoning_tokens)
         reason = "max_output_tokens" if delta.reason == "length" else None
         return Outcome(status="incomplete" if reason else "completed", usage=usage, reason=reason)
 
@@ -158,6 +159,8 @@ def feed_delta(builder: ResponseBuilder, delta: Any) -> list[Event]:
     """A backend delta's events (simengine/responses.py builds its events the same way)."""
     if isinstance(delta, TextDelta):
         return builder.text_delta(delta.text)
+    if isinstance(delta, ReasoningDelta):
+        return builder.reasoning_delta(delta.text)
     if isinstance(delta, ToolCallStart):
         return builder.tool_call_start(delta.name, delta.kind, delta.namespace)
     if isinstance(delta, ToolCallDelta):

@@ -68,7 +68,7 @@ class Turn:
         self.safety = prepared.safety
         self.tools = prepared.tools
         self.timings = prepared.timings
-        self.builder = ResponseBuilder(self.response, options.stream_id)
+        self.builder = ResponseBuilder(self.response, options.stream_id, service.settings.reasoning_events)
         self.generate = self.request.generate is not False and not _prewarm(self.request)
         self.cancelled_events: list[Event] = []
         # Set by a graceful shutdown that cuts this turn (admission/drain.py): it then ends `failed`, not `cancelled`.

@@ -56,7 +56,7 @@ def item_texts(item: ContextItem) -> Iterator[str]:
     elif isinstance(item, FunctionCallOutput | CustomToolCallOutput):
         yield from tool_output_texts(item)
     elif isinstance(item, Reasoning):
-        for summary in item.summary:
+        for summary in item.summary or ():
             yield summary.text
         for text in item.content or ():
             yield text.text

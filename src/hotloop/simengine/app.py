@@ -54,7 +54,7 @@ def build_app(engine: Engine) -> Starlette:
             text_format=req.text_format(body),
             calls_so_far=calls,
         )
-        chunks = ChatChunks(new_id("chatcmpl"), body.model or engine.settings.model)
+        chunks = ChatChunks(new_id("chatcmpl"), body.model or engine.settings.model, engine.settings.reasoning_field)
         return await _run(engine, request, body, tokens, kwargs, chunks)
 
     async def completions(request: Request) -> Response:

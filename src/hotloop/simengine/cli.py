@@ -36,6 +36,18 @@ def add_sim_engine_parser(sub: argparse._SubParsersAction[argparse.ArgumentParse
         "--parallel-calls", type=int, default=defaults.parallel_calls, help="calls per response when parallel"
     )
     parser.add_argument("--seed", type=int, default=defaults.seed, help="output seed")
+    parser.add_argument(
+        "--reasoning-tokens",
+        type=int,
+        default=defaults.reasoning_tokens,
+        help="a reasoning model: tokens of thinking before each answer or call (chat API only)",
+    )
+    parser.add_argument(
+        "--reasoning-field",
+        choices=("reasoning_content", "reasoning"),
+        default=defaults.reasoning_field,
+        help="the chat chunk's field the thinking streams in",
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
 
 

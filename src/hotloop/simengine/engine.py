@@ -26,6 +26,10 @@ class EngineSettings(msgspec.Struct, frozen=True, kw_only=True):
     tool_calls: int = 2
     parallel_calls: int = 1
     seed: int = 0
+    # A reasoning model: tokens of thinking before each answer or call, streamed in the chat API's `reasoning_field`
+    # (vLLM, SGLang, llama.cpp's server: `reasoning_content`; newer vLLM and Ollama: `reasoning`).
+    reasoning_tokens: int = 0
+    reasoning_field: str = "reasoning_content"
 
 
 class Override(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -91,6 +95,7 @@ class Engine:
             tool_calls=settings.tool_calls,
             parallel_calls=settings.parallel_calls,
             seed=settings.seed,
+            reasoning_tokens=settings.reasoning_tokens,
         )
         self.sim = SimBackend(sim)  # hotloop-sim's output and tool policy, shared, not copied
         self.stats = Stats()
@@ -149,7 +154,13 @@ class Engine:
                 self.stats.completion_tokens += delta.output_tokens
                 if entry is not None:
                     entry.output_tokens = delta.output_tokens
-                delta = Finished(delta.reason, delta.output_tokens, cached, prompt_tokens=len(tokens))
+                delta = Finished(
+                    delta.reason,
+                    delta.output_tokens,
+                    cached,
+                    prompt_tokens=len(tokens),
+                    reasoning_tokens=delta.reasoning_tokens,
+                )
             yield delta
 
     async def counted(self, stream: AsyncGenerator[bytes, None], failed: Callable[[], bool]) -> AsyncIterator[bytes]:

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from hotloop.backends.base import Delta, Finished, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from hotloop.backends.base import Delta, Finished, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
 from hotloop.backends.sim import SimFault
 from hotloop.ids import new_id
 
@@ -23,6 +23,7 @@ def usage(finished: Finished) -> dict[str, Any]:
         "completion_tokens": finished.output_tokens,
         "total_tokens": prompt + finished.output_tokens,
         "prompt_tokens_details": {"cached_tokens": finished.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": finished.reasoning_tokens},
     }
 
 
@@ -89,9 +90,10 @@ class ChatChunks(_Chunks):
 
     object = "chat.completion.chunk"
 
-    def __init__(self, id: str, model: str) -> None:
+    def __init__(self, id: str, model: str, reasoning_field: str = "reasoning_content") -> None:
         super().__init__(id, model)
         self.calls = 0
+        self.reasoning_field = reasoning_field
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -103,6 +105,8 @@ class ChatChunks(_Chunks):
     def chunk(self, delta: Delta) -> dict[str, Any] | None:
         if isinstance(delta, TextDelta):
             return self._chunk({"content": delta.text})
+        if isinstance(delta, ReasoningDelta):
+            return self._chunk({self.reasoning_field: delta.text})
         if isinstance(delta, ToolCallStart):
             self.calls += 1
             call = {"index": self.calls - 1, "id": new_id("call"), "type": "function"}
@@ -122,11 +126,14 @@ class _ChatCollector:
     def __init__(self, chunks: ChatChunks) -> None:
         self.chunks = chunks
         self.text: list[str] = []
+        self.reasoning: list[str] = []
         self.calls: list[dict[str, Any]] = []
 
     def add(self, delta: Delta) -> None:
         if isinstance(delta, TextDelta):
             self.text.append(delta.text)
+        elif isinstance(delta, ReasoningDelta):
+            self.reasoning.append(delta.text)
         elif isinstance(delta, ToolCallStart):
             function = {"name": delta.name, "arguments": ""}
             self.calls.append({"id": new_id("call"), "type": "function", "function": function})
@@ -135,6 +142,8 @@ class _ChatCollector:
 
     def result(self, finished: Finished) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) if self.text else None}
+        if self.reasoning:
+            message[self.chunks.reasoning_field] = "".join(self.reasoning)
         if self.calls:
             message["tool_calls"] = self.calls
         choice = {

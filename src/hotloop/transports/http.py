@@ -183,7 +183,7 @@ async def get_response(request: Request) -> Response:
             raise InvalidParam("starting_after must be a non-negative integer.", param="starting_after")
         after = int(raw_after)
     response = await stored.finished_response(service, session, response_id)
-    events = replay_events(response, starting_after=after)
+    events = replay_events(response, starting_after=after, reasoning_events=service.settings.reasoning_events)
 
     async def replay() -> AsyncGenerator[Event, None]:
         for event in events:

@@ -15,7 +15,7 @@ from hotloop.errors import failure_of
 from hotloop.ids import new_id
 from hotloop.wire import events as ev
 from hotloop.wire.events import Event, encode_event
-from hotloop.wire.items import CustomToolCall, FunctionCall, Message, OutputItem, OutputText
+from hotloop.wire.items import CustomToolCall, FunctionCall, Message, OutputItem, OutputText, Reasoning, ReasoningText
 from hotloop.wire.response import ErrorInfo, IncompleteDetails, Response, Usage
 
 
@@ -26,10 +26,20 @@ def error_body(error: ErrorInfo) -> ev.ErrorBody:
     return ev.ErrorBody(type=failure.type, code=error.code, message=error.message, param=failure.param)
 
 
+# The raw reasoning text's delta and done events by the `reasoning_events` setting (protocol.md §2.6); `none`: the
+# text only in `output_item.done`.
+REASONING_EVENTS: dict[str, tuple[type[ev._ReasoningDelta], type[ev._ReasoningDone]] | None] = {
+    "openai": (ev.ReasoningTextDelta, ev.ReasoningTextDone),
+    "openresponses": (ev.OpenReasoningDelta, ev.OpenReasoningDone),
+    "none": None,
+}
+
+
 class ResponseBuilder:
-    def __init__(self, response: Response, stream_id: str | None = None) -> None:
+    def __init__(self, response: Response, stream_id: str | None = None, reasoning_events: str = "openai") -> None:
         self.response = response
         self.stream_id = stream_id
+        self._reasoning = REASONING_EVENTS[reasoning_events]
         self._seq = 0
         self._open: OutputItem | None = None
         self._text: list[str] = []
@@ -76,6 +86,22 @@ class ResponseBuilder:
         )
         return out
 
+    # -- reasoning ---------------------------------------------------------------------------------------------
+
+    def reasoning_delta(self, text: str) -> list[Event]:
+        """A piece of the model's reasoning: into the open `reasoning` item, opened first if another is open."""
+        out: list[Event] = []
+        if not isinstance(self._open, Reasoning):
+            out.extend(self._close_item("completed"))
+            out.extend(self.open_item(Reasoning(id=new_id("rs"), summary=[], content=[], status="in_progress")))
+        item = self._open
+        assert isinstance(item, Reasoning) and item.id is not None
+        self._text.append(text)
+        if self._reasoning is not None:
+            delta_event = self._reasoning[0]
+            out.append(self._emit(delta_event, item_id=item.id, output_index=self._index, content_index=0, delta=text))
+        return out
+
     def _open_message(self) -> list[Event]:
         return self.open_item(Message(role="assistant", content=[], id=new_id("msg"), status="in_progress"))
 
@@ -85,8 +111,12 @@ class ResponseBuilder:
         self._open = item
         self._text = []
         out = [self._emit(ev.OutputItemAdded, output_index=self._index, item=item)]
+        empty: OutputText | ReasoningText | None = None
         if isinstance(item, Message):
             empty = OutputText(text="")
+        elif isinstance(item, Reasoning) and self._reasoning is not None:
+            empty = ReasoningText(text="")
+        if empty is not None:
             out.append(
                 self._emit(ev.ContentPartAdded, item_id=item.id, output_index=self._index, content_index=0, part=empty)
             )
@@ -167,6 +197,9 @@ class ResponseBuilder:
                 )
             )
             done = msgspec.structs.replace(item, arguments=text, status=status)
+        elif isinstance(item, Reasoning):
+            done = msgspec.structs.replace(item, content=[ReasoningText(text=text)], status=status)
+            out.extend(self._reasoning_done(item.id, index, text))
         else:
             assert isinstance(item, CustomToolCall)
             out.append(self._emit(ev.CustomToolCallInputDone, item_id=item.id, output_index=index, input=text))
@@ -174,6 +207,13 @@ class ResponseBuilder:
         out.append(self._emit(ev.OutputItemDone, output_index=index, item=done))
         self.response.output.append(done)
         return out
+
+    def _reasoning_done(self, item_id: str, index: int, text: str) -> list[Event]:
+        if self._reasoning is None:
+            return []
+        part = ReasoningText(text=text)
+        done = self._emit(self._reasoning[1], item_id=item_id, output_index=index, content_index=0, text=text)
+        return [done, self._emit(ev.ContentPartDone, item_id=item_id, output_index=index, content_index=0, part=part)]
 
     def close(
         self, status: str, usage: Usage | None, *, reason: str | None = None, error: ErrorInfo | None = None

@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from hotloop.wire.items import OutputItem, OutputText, Refusal
+from hotloop.wire.items import OutputItem, OutputText, ReasoningText, Refusal
 from hotloop.wire.response import Response
 
 
@@ -58,14 +58,46 @@ class ContentPartAdded(_Event, tag="response.content_part.added"):
     item_id: str
     output_index: int
     content_index: int
-    part: OutputText | Refusal
+    part: OutputText | Refusal | ReasoningText
 
 
 class ContentPartDone(_Event, tag="response.content_part.done"):
     item_id: str
     output_index: int
     content_index: int
-    part: OutputText | Refusal
+    part: OutputText | Refusal | ReasoningText
+
+
+class _ReasoningDelta(_Event):
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+
+
+class _ReasoningDone(_Event):
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+
+
+# The raw reasoning text's events (protocol.md §2.6): OpenAI's names (what openai-python types and Codex shows
+# live), or Open Responses' names, by the `reasoning_events` setting.
+class ReasoningTextDelta(_ReasoningDelta, tag="response.reasoning_text.delta"):
+    pass
+
+
+class ReasoningTextDone(_ReasoningDone, tag="response.reasoning_text.done"):
+    pass
+
+
+class OpenReasoningDelta(_ReasoningDelta, tag="response.reasoning.delta"):
+    pass
+
+
+class OpenReasoningDone(_ReasoningDone, tag="response.reasoning.done"):
+    pass
 
 
 class OutputTextDelta(_Event, tag="response.output_text.delta"):

@@ -102,7 +102,9 @@ class CustomToolCallOutput(_Item, tag="custom_tool_call_output"):
 
 
 class Reasoning(_Item, tag="reasoning"):
-    summary: list[SummaryText] = msgspec.field(default_factory=list)
+    # None when a client sent none; hotloop's own items set `[]`, which is then on the wire (the schema requires
+    # the key, and an empty default would be omitted).
+    summary: list[SummaryText] | None = None
     id: str | None = None
     content: list[ReasoningText] | None = None
     encrypted_content: str | None = None

@@ -25,7 +25,7 @@ import msgspec
 from hotloop.wire import events as ev
 from hotloop.wire.builder import ResponseBuilder, error_body
 from hotloop.wire.events import Event
-from hotloop.wire.items import CustomToolCall, FunctionCall, Message, OutputItem, OutputText
+from hotloop.wire.items import CustomToolCall, FunctionCall, Message, OutputItem, OutputText, Reasoning
 from hotloop.wire.response import TERMINAL_STATUSES, Response
 
 
@@ -48,6 +48,12 @@ def _replay_item(builder: ResponseBuilder, item: OutputItem) -> list[Event]:
         if text:
             out += builder.tool_call_delta(text)
         return out + builder.close_open(status)
+    if isinstance(item, Reasoning) and item.id is not None and not item.summary:
+        out = builder.open_item(msgspec.structs.replace(item, content=[], status="in_progress"))
+        text = "".join(part.text for part in item.content or ())
+        if text:
+            out += builder.reasoning_delta(text)
+        return out + builder.close_open(status)
     # An item of another shape (never produced by hotloop's builder): added and done as stored.
     out = builder.open_item(item)
     out.append(builder.emit_done(item))
@@ -61,7 +67,9 @@ def inband_error(response: Response) -> ev.ErrorBody | None:
     return error_body(response.error)
 
 
-def replay_events(response: Response, *, starting_after: int = -1, stream_id: str | None = None) -> list[Event]:
+def replay_events(
+    response: Response, *, starting_after: int = -1, stream_id: str | None = None, reasoning_events: str = "openai"
+) -> list[Event]:
     """The events of a finished (terminal) response with `sequence_number > starting_after`, terminal last.
 
     Sequence numbers count from 0 without gaps, so an event's number is its position in the full sequence.
@@ -77,7 +85,7 @@ def replay_events(response: Response, *, starting_after: int = -1, stream_id: st
         incomplete_details=None,
         completed_at=None,
     )
-    builder = ResponseBuilder(start, stream_id)
+    builder = ResponseBuilder(start, stream_id, reasoning_events)
     out = [builder.created()]
     if response.background:
         out.append(builder.queued())
