@@ -315,3 +315,55 @@ def test_a_continuations_messages_are_its_parents_plus_its_new_items() -> None:
     )
     assert msgspec.json.decode(encoder.encode(changed)) == chat_messages.messages(changed)
     assert encoder.reused == len(turns)  # the fork reused r0; new instructions build anew
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("policy", ["chain", "all", "none"])
+def test_reasoning_goes_back_as_the_engines_field(policy: str) -> None:
+    """The reasoning of a tool loop reaches the engine on the assistant message after it (`reasoning_content` or
+    `reasoning`); `chain` keeps only the chain since the last user message, `all` everything, `none` nothing. The
+    incremental JSON equals the full conversion on every turn."""
+    from hotloop.backends.chat_json import MessagesJSON
+    from hotloop.wire.items import Reasoning, ReasoningText
+
+    def think(text: str) -> Reasoning:
+        return Reasoning(id=f"rs_{text}", summary=[], content=[ReasoningText(text=text)])
+
+    replay = chat_messages.Replay(policy=policy, field="reasoning")
+    encoder = MessagesJSON(replay=replay)
+    items: list[object] = [Message(role="user", content=[InputText(text="fix it")])]
+    turns = [
+        [think("look first"), FunctionCall(call_id="c1", name="shell", arguments="{}")],
+        [
+            FunctionCallOutput(call_id="c1", output="ok"),
+            think("now edit"),
+            FunctionCall(call_id="c2", name="e", arguments="{}"),
+        ],
+        [
+            FunctionCallOutput(call_id="c2", output="done"),
+            think("say so"),
+            Message(role="assistant", content=[OutputText(text="fixed")]),
+        ],
+        [
+            Message(role="user", content=[InputText(text="and tests?")]),
+            think("run them"),
+            FunctionCall(call_id="c3", name="t", arguments="{}"),
+        ],
+    ]
+    parent: str | None = None
+    for number, new in enumerate(turns):
+        items = [*items, *new]
+        request = GenerationRequest(
+            prompt_tokens=[], items=list(items), response_id=f"p{policy}{number}", previous_response_id=parent
+        )
+        sent = msgspec.json.decode(encoder.encode(request))
+        assert sent == chat_messages.messages(request, replay)
+        parent = request.response_id
+    carried = [message.get("reasoning") for message in sent if message["role"] == "assistant"]
+    expected = {
+        "chain": [None, None, None, "run them"],
+        "all": ["look first", "now edit", "say so", "run them"],
+        "none": [None, None, None, None],
+    }[policy]
+    assert carried == expected
+    assert all("_reasoning" not in message for message in sent)

@@ -137,3 +137,28 @@ def test_an_engines_reasoning_fields_become_the_reasoning_item(tmp_path: Path, f
     assert response["output"][0]["content"][0]["text"].startswith("Let me think:")
     assert response["usage"]["output_tokens_details"]["reasoning_tokens"] == 9
     assert len([event for event in events if event["type"] == RAW[0]]) == 9
+
+
+def test_the_chains_reasoning_reaches_the_engine_on_the_next_turn(tmp_path: Path) -> None:
+    """A reasoning tool loop through `openai-chat` over WebSocket: the engine reads turn 1's thinking back with
+    turn 2 (the chain in progress), and no longer once a new user message starts another chain."""
+    engine = SimEngineProcess(tps=5000, prefill_us_per_token=1, reasoning_tokens=6, tool_calls=1).wait_ready()
+    upstream = Upstream(url=engine.base_url, upstream_model="sim-engine")
+    hotloop = start_server(tmp_path, models=["think"], default_model="think", upstreams={"think": upstream})
+    weather = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    try:
+        with WS(hotloop.ws_url) as ws:
+            first = final(ws.turn(input=user("Weather?"), tools=[weather], store=False))
+            thought = first["output"][0]["content"][0]["text"]
+            call = first["output"][1]
+            output = {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}
+            second = final(ws.turn(input=[output], previous_response_id=first["id"], tools=[weather], store=False))
+            assert [item["type"] for item in second["output"]] == ["reasoning", "message"]
+            third = final(ws.turn(input=user("Thanks."), previous_response_id=second["id"], tools=[weather]))
+            assert third["status"] == "completed"
+        records = engine.http.get("/stats/requests", params={"after": 0}).json()["requests"]
+    finally:
+        hotloop.stop()
+        engine.stop()
+    sent = [record["reasoning_chars"] for record in records]
+    assert sent == [0, len(thought), 0], sent

@@ -14,7 +14,7 @@ import msgspec
 from hotloop.backends import chat_messages as chat
 from hotloop.backends.base import GenerationRequest
 from hotloop.backends.lru import ByteLRU
-from hotloop.wire.items import ContextItem
+from hotloop.wire.items import ContextItem, Message, Reasoning
 
 _encode = msgspec.json.encode
 
@@ -26,6 +26,7 @@ class _State(msgspec.Struct):
     last_item: ContextItem | None
     closed: bytes  # every message but the last, as JSON, comma-joined
     last: chat.ChatMessage | None
+    reasoning: bool = False  # some message carries reasoning
 
     @property
     def size(self) -> int:
@@ -33,19 +34,21 @@ class _State(msgspec.Struct):
 
 
 class MessagesJSON:
-    def __init__(self, max_bytes: int = 32 << 20) -> None:
+    def __init__(self, max_bytes: int = 32 << 20, replay: chat.Replay = chat.DEFAULT_REPLAY) -> None:
         self.reused = 0  # conversations built on a parent's messages (tests read it)
+        self.replay = replay
         self._entries: ByteLRU[_State] = ByteLRU(max_bytes, lambda state: state.size)
 
     def encode(self, request: GenerationRequest) -> msgspec.Raw:
         """`chat.messages(request)` as JSON, remembered under the request's response id for its continuations."""
-        state = self._extend(request) or _build(request)
+        state = self._extend(request) or _build(request, self.replay)
         if request.response_id:
             self._entries.put(request.response_id, state)
-        if state.last is None:
-            return msgspec.Raw(b"[]")
+        last = state.last if state.last is not None and chat.PENDING not in state.last else None
+        if last is None:
+            return msgspec.Raw(b"[" + state.closed + b"]")
         joiner = b"," if state.closed else b""
-        return msgspec.Raw(b"[" + state.closed + joiner + _encode(state.last) + b"]")
+        return msgspec.Raw(b"[" + state.closed + joiner + _encode(last) + b"]")
 
     def _extend(self, request: GenerationRequest) -> _State | None:
         parent = self._entries.get(request.previous_response_id)
@@ -59,18 +62,28 @@ class MessagesJSON:
             or items[parent.count - 1] is not parent.last_item
         ):
             return None
+        new = items[parent.count :]
+        reasoning = parent.reasoning or any(isinstance(item, Reasoning) for item in new)
+        if self.replay.policy == "chain" and reasoning and any(_is_user(item) for item in new):
+            return None  # a new user message ends the chain: its reasoning leaves the earlier messages
         self.reused += 1
         out = [_open_copy(parent.last)] if parent.last is not None else []
         for index in range(parent.count, len(items)):
-            chat.append(out, items[index], f"input[{index}]")
-        return _state(request, parent.closed, out)
+            if self.replay.policy != "none" or not isinstance(items[index], Reasoning):
+                chat.append(out, items[index], f"input[{index}]", self.replay.field)
+        return _state(request, parent.closed, out, reasoning)
 
 
-def _build(request: GenerationRequest) -> _State:
-    return _state(request, b"", chat.messages(request))
+def _is_user(item: ContextItem) -> bool:
+    return isinstance(item, Message) and item.role == "user"
 
 
-def _state(request: GenerationRequest, closed: bytes, out: list[chat.ChatMessage]) -> _State:
+def _build(request: GenerationRequest, replay: chat.Replay) -> _State:
+    out = chat.messages(request, replay)
+    return _state(request, b"", out, any(replay.field in message for message in out))
+
+
+def _state(request: GenerationRequest, closed: bytes, out: list[chat.ChatMessage], reasoning: bool) -> _State:
     """`closed` plus the messages of `out` but its last, which stays open."""
     if len(out) > 1:
         more = b",".join(_encode(message) for message in out[:-1])
@@ -83,6 +96,7 @@ def _state(request: GenerationRequest, closed: bytes, out: list[chat.ChatMessage
         last_item=items[-1] if items else None,
         closed=closed,
         last=out[-1] if out else None,
+        reasoning=reasoning,
     )
 
 

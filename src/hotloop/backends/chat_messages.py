@@ -2,14 +2,18 @@
 
 Calls of one assistant turn (parallel calls) go in one assistant message's `tool_calls`, each output in a `tool`
 message after it; custom (freeform) tools are offered as functions taking `{"input": string}`; namespaced tools
-are named `namespace__name` (chat APIs allow only [a-zA-Z0-9_-] in names).
+are named `namespace__name` (chat APIs allow only [a-zA-Z0-9_-] in names). A reasoning item goes back as the
+`reasoning_content` (or `reasoning`) of the assistant message after it, as the engines read it, by the upstream's
+`reasoning_replay` policy (issue 13).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+import msgspec
 
 from hotloop.backends.base import GenerationRequest
 from hotloop.chat.media import describe_file
@@ -28,6 +32,7 @@ from hotloop.wire.items import (
     Message,
     OtherItem,
     OutputText,
+    Reasoning,
     Refusal,
 )
 
@@ -39,18 +44,57 @@ def wire_name(name: str, namespace: str | None) -> str:
     return f"{namespace}__{name}" if namespace else name
 
 
-def messages(request: GenerationRequest) -> list[ChatMessage]:
+class Replay(msgspec.Struct, frozen=True):
+    """Which reasoning items go back to the engine, and in which assistant-message field (docs/backends.md)."""
+
+    policy: str = "chain"  # chain: since the last user message (the tool chain in progress); all; none
+    field: str = "reasoning_content"
+
+
+DEFAULT_REPLAY = Replay()
+
+# A reasoning item's text waits here for the assistant message that follows it (removed before encoding).
+PENDING = "_reasoning"
+
+
+def messages(request: GenerationRequest, replay: Replay = DEFAULT_REPLAY) -> list[ChatMessage]:
     """The conversation as chat messages: instructions first (as a system message), then the items."""
     out: list[ChatMessage] = []
     if request.instructions:
         out.append({"role": "system", "content": request.instructions})
-    for index, item in enumerate(request.items):
-        append(out, item, f"input[{index}]")
+    items = request.items
+    start = last_user(items) if replay.policy == "chain" else 0
+    for index, item in enumerate(items):
+        if isinstance(item, Reasoning) and (replay.policy == "none" or index < start):
+            continue  # reasoning outside what the engine is to read again
+        append(out, item, f"input[{index}]", replay.field)
     return out
 
 
-def append(out: list[ChatMessage], item: ContextItem, param: str) -> None:
-    """Add `item` to the messages `out`, merging into the last one where one assistant turn continues."""
+def last_user(items: Sequence[ContextItem]) -> int:
+    """The index of the last user message (0 when there is none)."""
+    for index in range(len(items) - 1, -1, -1):
+        item = items[index]
+        if isinstance(item, Message) and item.role == "user":
+            return index
+    return 0
+
+
+def append(out: list[ChatMessage], item: ContextItem, param: str, field: str = "reasoning_content") -> None:
+    """Add `item` to the messages `out`, merging into the last one where one assistant turn continues; a reasoning
+    item's text goes into `field` of the assistant message that follows it."""
+    pending = out.pop()[PENDING] if out and PENDING in out[-1] else None
+    if isinstance(item, Reasoning):
+        text = "".join(part.text for part in item.content or ())
+        if text:
+            out.append({PENDING: (pending or "") + text})
+        return
+    _append(out, item, param)
+    if pending and out and out[-1]["role"] == "assistant" and not out[-1].get(field):
+        out[-1][field] = pending
+
+
+def _append(out: list[ChatMessage], item: ContextItem, param: str) -> None:
     if isinstance(item, Message):
         role = "system" if item.role == "developer" else item.role
         if role == "user":
@@ -79,7 +123,6 @@ def append(out: list[ChatMessage], item: ContextItem, param: str) -> None:
         out.append({"role": "user", "content": compaction_text(item)})
     elif isinstance(item, OtherItem):
         out.append({"role": "user", "content": other_item_text(item)})
-    # reasoning is not replayed (as in the token render)
 
 
 def _text(parts: Iterable[Any], param: str) -> str:

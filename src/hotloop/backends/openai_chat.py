@@ -87,7 +87,8 @@ class OpenAIChatBackend(UpstreamBackend):
 
     def __init__(self, name: str, upstream: Upstream) -> None:
         super().__init__(name, upstream)
-        self.conversations = MessagesJSON()  # a continuation converts and encodes only its new items
+        replay = chat.Replay(policy=upstream.reasoning_replay, field=upstream.reasoning_field)
+        self.conversations = MessagesJSON(replay=replay)  # a continuation converts and encodes only its new items
 
     def body(self, request: GenerationRequest) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -43,6 +43,9 @@ def build_app(engine: Engine) -> Starlette:
         specs = req.tool_specs(body)
         mode, forced = req.tool_mode(body, specs)
         messages, calls = req.template_messages(body, specs)
+        record = current_record.get()
+        if record is not None:
+            record.reasoning_chars = req.reasoning_sent(body)
         limit = req.max_tokens(body)
         tokens = await asyncio.to_thread(engine.chat.tokens, messages)  # a long prompt takes a while
         kwargs = dict(

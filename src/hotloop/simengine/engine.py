@@ -71,6 +71,7 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     prompt_tokens: int = 0
     cached_tokens: int = 0
     output_tokens: int = 0
+    reasoning_chars: int = 0  # a chat request's reasoning sent back on its assistant messages
 
 
 REQUEST_LOG_ENTRIES = 4096

@@ -41,6 +41,9 @@ class ChatMessage(msgspec.Struct):
     content: str | list[dict[str, Any]] | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
+    # An earlier turn's thinking, sent back (vLLM, SGLang, llama.cpp: `reasoning_content`; Ollama: `reasoning`).
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class ChatBody(msgspec.Struct):
@@ -207,6 +210,11 @@ def constrain(kwargs: dict[str, Any], schema: dict[str, Any] | None) -> None:
     tool call (a schema of `{"name": const, "arguments": …}` branches) comes back as bare JSON, not a tagged block."""
     if schema is not None:
         kwargs.update(tools=[], tool_choice="none", text_format={"type": "json_schema", "schema": schema})
+
+
+def reasoning_sent(body: ChatBody) -> int:
+    """Characters of reasoning the request's messages carry back (GET /stats/requests: `reasoning_chars`)."""
+    return sum(len(message.reasoning_content or message.reasoning or "") for message in body.messages)
 
 
 def template_messages(body: ChatBody, specs: list[ToolSpec]) -> tuple[list[Chat], int]:
