@@ -312,3 +312,25 @@ async def test_http_tool_loop(server: RunningServer, streamed: bool) -> None:
         check_stream(events, DEFAULT_K)
     assert responses_count(server, transport) - before == DEFAULT_K + 1
     assert responses_count(server, "websocket") == before_ws
+
+
+@pytest.mark.parametrize("store", [True, False], ids=["stored", "stateless"])
+async def test_http_tool_loop_with_a_reasoning_model(server: RunningServer, store: bool) -> None:
+    """The sim thinks before each call and the answer: the SDK gets a typed reasoning item and the reasoning tokens
+    each turn, keeps the items in its run, and runs the loop to its end, chained (stored) or resending (stateless,
+    its input then holds the reasoning items it got)."""
+    client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    try:
+        recorder = Recorder()
+        agent, _ = make_agent(recorder, model=OpenAIResponsesModel(model="hotloop-sim", openai_client=client))
+        agent.model_settings = ModelSettings(metadata={"sim_reasoning_tokens": "5"}, store=store)
+        result, _ = await run_once(agent, None, False)
+    finally:
+        await client.close()
+    assert len(result.raw_responses) == DEFAULT_K + 1
+    assert len(recorder.calls) == DEFAULT_K
+    for response in result.raw_responses:
+        assert type(response.output[0]).__name__ == "ResponseReasoningItem"
+        assert response.usage is not None and response.usage.output_tokens_details.reasoning_tokens == 5
+    reasoning = [item for item in result.new_items if type(item).__name__ == "ReasoningItem"]
+    assert len(reasoning) == DEFAULT_K + 1

@@ -139,12 +139,19 @@ def input_items(request: CreateRequest) -> list[dict[str, Any]]:
 
 
 @pytest.mark.timeout(CODEX_TIMEOUT_S + NPM_TIMEOUT_S)
+@pytest.mark.parametrize("thinking", [0, 8], ids=["plain", "reasoning"])
 @pytest.mark.parametrize("websockets", [True, False], ids=["websocket", "http"])
-def test_codex_exec_runs_the_sims_shell_commands(codex_bin: Path, seen: Seen, tmp_path: Path, websockets: bool) -> None:
+def test_codex_exec_runs_the_sims_shell_commands(
+    codex_bin: Path, seen: Seen, tmp_path: Path, websockets: bool, thinking: int
+) -> None:
+    """Codex's whole tool loop; with `thinking`, the sim is a reasoning model (a reasoning item before each call
+    and the answer), whose items Codex keeps in its history."""
     work, home = tmp_path / "work", tmp_path / "codex_home"
     work.mkdir()
     home.mkdir()
-    server = start_server(tmp_path / "data", models=["hotloop-sim"], sim_tool_calls=COMMANDS)
+    server = start_server(
+        tmp_path / "data", models=["hotloop-sim"], sim_tool_calls=COMMANDS, sim_reasoning_tokens=thinking
+    )
     try:
         stdout = run_codex(codex_bin, server, work, home, websockets=websockets)
         scrape = Scrape(httpx.get(metrics_url(server), timeout=10).text)
@@ -177,6 +184,11 @@ def test_codex_exec_runs_the_sims_shell_commands(codex_bin: Path, seen: Seen, tm
     ]
     for marker in markers:
         assert any(isinstance(output, str) and output.endswith(f"\n{marker}") for output in outputs), outputs
+    if thinking and not websockets:  # over HTTP Codex resends its history: our reasoning items are in it
+        replayed = [
+            item for _, request in seen.requests for item in input_items(request) if item.get("type") == "reasoning"
+        ]
+        assert replayed and all(item["content"][0]["text"].startswith("Let me think:") for item in replayed), replayed
     assert all(request.model == "hotloop-sim" and request.store is False for _, request in seen.requests)
     # Its default tools, not only functions, were accepted.
     offered = {tool.get("type") for _, request in seen.requests for tool in request.tools or []}
