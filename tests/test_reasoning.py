@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import RunningServer, start_server
+from conftest import RunningServer, start_server, stored_counts
 from hotloop.config import Upstream
-from http_support import check_sequence, parse_sse
+from http_support import check_sequence, error_of, parse_sse
 from simengine_support import SimEngineProcess
 from wsutil import WS, final, user
 
@@ -162,3 +162,42 @@ def test_the_chains_reasoning_reaches_the_engine_on_the_next_turn(tmp_path: Path
         engine.stop()
     sent = [record["reasoning_chars"] for record in records]
     assert sent == [0, len(thought), 0], sent
+
+
+def test_sealed_reasoning_round_trips_for_a_stateless_client(tmp_path: Path) -> None:
+    """`store: false` with `include: ["reasoning.encrypted_content"]`: the reasoning item comes back sealed; a client
+    that keeps only the sealed form (no `content`) hands it back and the engine reads the thinking again; a
+    tampered blob is a 400 and nothing is stored."""
+    engine = SimEngineProcess(tps=5000, prefill_us_per_token=1, reasoning_tokens=7, tool_calls=1).wait_ready()
+    upstream = Upstream(url=engine.base_url, upstream_model="sim-engine")
+    hotloop = start_server(tmp_path, models=["think"], default_model="think", upstreams={"think": upstream})
+    weather = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    include = ["reasoning.encrypted_content"]
+    try:
+        with hotloop.http() as http:
+            first = http.post(
+                "/responses", json={"input": "Weather?", "tools": [weather], "store": False, "include": include}
+            ).json()
+            reasoning, call = first["output"]
+            assert reasoning["type"] == "reasoning" and reasoning["encrypted_content"]
+            sealed_only = {
+                "type": "reasoning",
+                "id": reasoning["id"],
+                "summary": [],
+                "encrypted_content": reasoning["encrypted_content"],
+            }
+            output = {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}
+            history = [{"role": "user", "content": "Weather?"}, sealed_only, call, output]
+            second = http.post("/responses", json={"input": history, "tools": [weather], "store": False})
+            assert second.status_code == 200, second.text
+            before = stored_counts(hotloop)
+            tampered = {**sealed_only, "encrypted_content": reasoning["encrypted_content"][:-4] + "AAAA"}
+            bad = http.post("/responses", json={"input": [history[0], tampered, call, output], "tools": [weather]})
+            error_of(bad, 400, "invalid_encrypted_content", "input")
+            assert stored_counts(hotloop) == before
+        records = engine.http.get("/stats/requests", params={"after": 0}).json()["requests"]
+    finally:
+        hotloop.stop()
+        engine.stop()
+    thought = reasoning["content"][0]["text"]
+    assert [record["reasoning_chars"] for record in records] == [0, len(thought)]

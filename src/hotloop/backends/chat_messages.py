@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from hotloop import sealing
 from hotloop.backends.base import GenerationRequest
 from hotloop.chat.media import describe_file
 from hotloop.chat.messages import compaction_text, other_item_text
@@ -71,6 +72,15 @@ def messages(request: GenerationRequest, replay: Replay = DEFAULT_REPLAY) -> lis
     return out
 
 
+def reasoning_text(item: Reasoning) -> str:
+    """The item's raw text, or, from a stateless client that kept only the sealed form, the text of its
+    `encrypted_content` (verified by the validate stage before anything renders)."""
+    text = "".join(part.text for part in item.content or ())
+    if not text and item.encrypted_content:
+        return sealing.peek(item.encrypted_content)
+    return text
+
+
 def last_user(items: Sequence[ContextItem]) -> int:
     """The index of the last user message (0 when there is none)."""
     for index in range(len(items) - 1, -1, -1):
@@ -85,7 +95,7 @@ def append(out: list[ChatMessage], item: ContextItem, param: str, field: str = "
     item's text goes into `field` of the assistant message that follows it."""
     pending = out.pop()[PENDING] if out and PENDING in out[-1] else None
     if isinstance(item, Reasoning):
-        text = "".join(part.text for part in item.content or ())
+        text = reasoning_text(item)
         if text:
             out.append({PENDING: (pending or "") + text})
         return

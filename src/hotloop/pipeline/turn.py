@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from hotloop import sealing
 from hotloop.backends.base import GenerationRequest
 from hotloop.chat.incremental import Rendered
 from hotloop.models import Model
@@ -68,7 +69,9 @@ class Turn:
         self.safety = prepared.safety
         self.tools = prepared.tools
         self.timings = prepared.timings
-        self.builder = ResponseBuilder(self.response, options.stream_id, service.settings.reasoning_events)
+        self.builder = ResponseBuilder(
+            self.response, options.stream_id, service.settings.reasoning_events, _sealer(service, self.request)
+        )
         self.generate = self.request.generate is not False and not _prewarm(self.request)
         self.cancelled_events: list[Event] = []
         # Set by a graceful shutdown that cuts this turn (admission/drain.py): it then ends `failed`, not `cancelled`.
@@ -141,6 +144,15 @@ class Turn:
         opening = [builder.created(), builder.queued()]
         self.response.status = "in_progress"
         return [*opening, builder.in_progress()]
+
+
+def _sealer(service: Service, request: CreateRequest) -> Callable[[str], str] | None:
+    """With `include: ["reasoning.encrypted_content"]`, reasoning items come back sealed: a stateless client hands
+    them back in its input, and this server (or a replica with the same secret) reads them again."""
+    if "reasoning.encrypted_content" not in (request.include or ()):
+        return None
+    secret = service.secret
+    return lambda text: sealing.seal(text, secret)
 
 
 def _uncancel() -> None:

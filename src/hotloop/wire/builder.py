@@ -8,6 +8,7 @@ the same bytes, `sequence_number` counts from 0 without gaps, and the terminal `
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import msgspec
 
@@ -36,10 +37,19 @@ REASONING_EVENTS: dict[str, tuple[type[ev._ReasoningDelta], type[ev._ReasoningDo
 
 
 class ResponseBuilder:
-    def __init__(self, response: Response, stream_id: str | None = None, reasoning_events: str = "openai") -> None:
+    def __init__(
+        self,
+        response: Response,
+        stream_id: str | None = None,
+        reasoning_events: str = "openai",
+        seal: Callable[[str], str] | None = None,
+    ) -> None:
         self.response = response
         self.stream_id = stream_id
         self._reasoning = REASONING_EVENTS[reasoning_events]
+        self._seal = (
+            seal  # `include: ["reasoning.encrypted_content"]`: a finished reasoning item carries its text sealed
+        )
         self._seq = 0
         self._open: OutputItem | None = None
         self._text: list[str] = []
@@ -198,7 +208,10 @@ class ResponseBuilder:
             )
             done = msgspec.structs.replace(item, arguments=text, status=status)
         elif isinstance(item, Reasoning):
-            done = msgspec.structs.replace(item, content=[ReasoningText(text=text)], status=status)
+            sealed = self._seal(text) if self._seal is not None else None
+            done = msgspec.structs.replace(
+                item, content=[ReasoningText(text=text)], status=status, encrypted_content=sealed
+            )
             out.extend(self._reasoning_done(item.id, index, text))
         else:
             assert isinstance(item, CustomToolCall)
