@@ -201,3 +201,24 @@ def test_sealed_reasoning_round_trips_for_a_stateless_client(tmp_path: Path) -> 
         engine.stop()
     thought = reasoning["content"][0]["text"]
     assert [record["reasoning_chars"] for record in records] == [0, len(thought)]
+
+
+@pytest.mark.parametrize("knob", ["reasoning_effort", "enable_thinking", "think"])
+def test_effort_none_turns_the_engines_thinking_off(tmp_path: Path, knob: str) -> None:
+    """`reasoning.effort` reaches the engine's own knob (vLLM/gpt-oss `reasoning_effort`, Qwen3's
+    `chat_template_kwargs.enable_thinking`, Ollama's `think`): `none` turns the thinking off, another effort not."""
+    engine = SimEngineProcess(tps=5000, prefill_us_per_token=1, reasoning_tokens=4).wait_ready()
+    upstream = Upstream(url=engine.base_url, upstream_model="sim-engine", reasoning_effort=knob)  # type: ignore[arg-type]
+    hotloop = start_server(tmp_path, models=["think"], default_model="think", upstreams={"think": upstream})
+    try:
+        with hotloop.http() as http:
+            off = http.post("/responses", json={"input": "hi", "store": False, "reasoning": {"effort": "none"}}).json()
+            low = http.post("/responses", json={"input": "hi", "store": False, "reasoning": {"effort": "low"}}).json()
+            default = http.post("/responses", json={"input": "hi", "store": False}).json()
+    finally:
+        hotloop.stop()
+        engine.stop()
+    assert [item["type"] for item in off["output"]] == ["message"]
+    assert off["usage"]["output_tokens_details"]["reasoning_tokens"] == 0
+    assert [item["type"] for item in low["output"]] == ["reasoning", "message"]
+    assert [item["type"] for item in default["output"]] == ["reasoning", "message"]

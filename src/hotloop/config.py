@@ -33,6 +33,9 @@ class Upstream(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # message; all; none), and in which field of the assistant message (docs/backends.md).
     reasoning_replay: Literal["chain", "all", "none"] = "chain"
     reasoning_field: Literal["reasoning_content", "reasoning"] = "reasoning_content"
+    # How `reasoning.effort` reaches the engine: its `reasoning_effort` (vLLM with gpt-oss, OpenAI), Qwen3-style
+    # `chat_template_kwargs.enable_thinking` (off only for effort "none"), Ollama's `think`, or not at all.
+    reasoning_effort: Literal["reasoning_effort", "enable_thinking", "think", "off"] = "reasoning_effort"
     # `tokens` (backends/token_ids.py): the engine's token-ID API, the tokenizer and template, the tool-call format.
     dialect: Literal["vllm", "sglang", "llamacpp"] = "vllm"
     tokenizer: str = ""  # a tokenizer.json or a model directory; empty: SmolLM2's

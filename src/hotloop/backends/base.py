@@ -33,6 +33,7 @@ class GenerationRequest(msgspec.Struct, kw_only=True):
     text_format: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "text"})
     # Function and custom tool calls already in the context (the simulator's tool policy reads it).
     calls_so_far: int = 0
+    reasoning_effort: str | None = None  # the request's `reasoning.effort` (none … xhigh), for engines that take it
     metadata: dict[str, str] = msgspec.field(default_factory=dict)
     # For a backend that takes messages (prompt_tokens is then empty): the whole conversation, oldest first
     # (the chain's context, then this turn's new items), and the request's instructions.

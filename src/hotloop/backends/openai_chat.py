@@ -113,6 +113,7 @@ class OpenAIChatBackend(UpstreamBackend):
         ):
             if value != default:
                 body[key] = value
+        body.update(_effort(self.upstream.reasoning_effort, request.reasoning_effort))
         fmt = chat.response_format(request.text_format)
         if fmt is not None:
             body["response_format"] = fmt
@@ -223,6 +224,17 @@ class _StreamReader:
             reasoning_tokens=(completion.reasoning_tokens or 0) if completion is not None else 0,
         )
         return [*self._close(), finished]
+
+
+def _effort(knob: str, effort: str | None) -> dict[str, Any]:
+    """`reasoning.effort` as the engine's own knob (docs/backends.md); nothing when the request sets none."""
+    if effort is None or knob == "off":
+        return {}
+    if knob == "enable_thinking":
+        return {"chat_template_kwargs": {"enable_thinking": effort != "none"}}
+    if knob == "think":
+        return {"think": effort != "none"}
+    return {"reasoning_effort": effort}
 
 
 def _custom_input(arguments: str) -> str:

@@ -121,6 +121,7 @@ def _generation(
         text_format=response.text.get("format", {"type": "text"}),
         calls_so_far=inputs.calls_in_context(),
         metadata=response.metadata,
+        reasoning_effort=(request.reasoning or {}).get("effort"),
         response_id=response.id,
         previous_response_id=parent.response.id if parent is not None else None,
     )

@@ -56,6 +56,7 @@ def build_app(engine: Engine) -> Starlette:
             max_output_tokens=limit,
             text_format=req.text_format(body),
             calls_so_far=calls,
+            thinking=body.thinking,
         )
         chunks = ChatChunks(new_id("chatcmpl"), body.model or engine.settings.model, engine.settings.reasoning_field)
         return await _run(engine, request, body, tokens, kwargs, chunks)

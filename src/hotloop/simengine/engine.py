@@ -130,11 +130,14 @@ class Engine:
         return self.script.popleft() if self.script else None
 
     async def generate(
-        self, tokens: Sequence[int], override: Override | None, **request: Any
+        self, tokens: Sequence[int], override: Override | None, thinking: bool = True, **request: Any
     ) -> AsyncGenerator[Delta, None]:
-        """The deltas of one generation; `Finished` carries the prompt size and the cached prefix."""
+        """The deltas of one generation; `Finished` carries the prompt size and the cached prefix. `thinking`
+        false: the request turned the model's reasoning off."""
         cached = self.cache.match(tokens)
         metadata = {"sim_ttft_ms": str(prefill_ms(len(tokens), cached, self.settings.prefill_us_per_token))}
+        if not thinking:
+            metadata["sim_reasoning_tokens"] = "0"
         if override is not None:
             if override.tps is not None:
                 metadata["sim_tps"] = str(override.tps)

@@ -57,6 +57,16 @@ class ChatBody(msgspec.Struct):
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     response_format: dict[str, Any] | None = None
+    # Thinking off, as each engine is told (hotloop's `reasoning_effort` upstream setting): effort "none", Qwen3's
+    # template switch, Ollama's `think`.
+    reasoning_effort: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    think: bool | None = None
+
+    @property
+    def thinking(self) -> bool:
+        switch = (self.chat_template_kwargs or {}).get("enable_thinking")
+        return self.reasoning_effort != "none" and switch is not False and self.think is not False
 
 
 class CompletionBody(msgspec.Struct):
