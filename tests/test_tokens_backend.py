@@ -358,3 +358,58 @@ def test_a_continuation_encodes_only_its_new_ids() -> None:
     small.encode(first, "a", None)
     small.encode(second, "b", None)
     assert small.stored_bytes <= 10_000
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        ["<think>plan it</think>\n\nDone."],
+        list("<think>plan it</think>\n\nDone."),
+        ["  <thi", "nk>pla", "n it</th", "ink>Done."],
+    ],
+)
+def test_think_blocks_become_reasoning_before_the_answer(pieces: list[str]) -> None:
+    from hotloop.backends.base import ReasoningDelta, TextDelta
+    from hotloop.backends.toolcalls.streaming import PlainText
+    from hotloop.backends.toolcalls.thinking import ThinkParser
+
+    parser = ThinkParser(PlainText())
+    deltas = [delta for piece in pieces for delta in parser.feed(piece)] + parser.finish()
+    reasoning = "".join(d.text for d in deltas if isinstance(d, ReasoningDelta))
+    text = "".join(d.text for d in deltas if isinstance(d, TextDelta))
+    assert (reasoning, text) == ("plan it", "Done.")
+    kinds = [type(d).__name__ for d in deltas]
+    assert kinds.index("TextDelta") > max(i for i, k in enumerate(kinds) if k == "ReasoningDelta")
+
+
+@pytest.mark.fast
+def test_output_without_a_think_block_and_a_block_opened_by_the_prompt() -> None:
+    from hotloop.backends.base import ReasoningDelta, TextDelta
+    from hotloop.backends.toolcalls.streaming import PlainText
+    from hotloop.backends.toolcalls.thinking import ThinkParser
+
+    plain = ThinkParser(PlainText())
+    assert plain.feed("<th") == [] and plain.feed("anks!") + plain.finish() == [TextDelta("<thanks!")]
+    opened = ThinkParser(PlainText(), open_in_prompt=True)
+    deltas = opened.feed("hmm") + opened.feed("</think>ok") + opened.finish()
+    assert deltas == [ReasoningDelta("hmm"), TextDelta("ok")]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_think_block_from_the_engine_is_a_reasoning_item(tmp_path: Path, dialect: str) -> None:
+    """A reasoning model behind the token-ID API writes `<think>…</think>` before its call or answer
+    (`reasoning_parser = "think"`): a reasoning item first, then the call, which still parses."""
+    thinker = SimEngineProcess(tps=5000, prefill_us_per_token=1, reasoning_tokens=5, tool_calls=2).wait_ready()
+    url = thinker.base_url if dialect == "vllm" else f"http://127.0.0.1:{thinker.port}"
+    upstream = Upstream(url=url, backend="tokens", dialect=dialect, reasoning_parser="think", read_timeout_s=30)  # type: ignore[arg-type]
+    server = start_server(tmp_path, models=["qwen"], default_model="qwen", upstreams={"qwen": upstream})
+    try:
+        with server.http() as client:
+            first = client.post("/responses", json={"input": "Weather?", "tools": [WEATHER], "store": False}).json()
+    finally:
+        server.stop()
+        thinker.stop()
+    assert [item["type"] for item in first["output"]] == ["reasoning", "function_call"], first["output"]
+    assert first["output"][0]["content"][0]["text"].startswith("Let me think:")
+    assert first["output"][1]["name"] == WEATHER["name"]

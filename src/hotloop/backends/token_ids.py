@@ -27,6 +27,7 @@ from hotloop.backends.base import BackendError, Delta, Finished, GenerationReque
 from hotloop.backends.llama import output_schema
 from hotloop.backends.prompt_json import PromptJSON
 from hotloop.backends.toolcalls.streaming import ToolParser, make_parser
+from hotloop.backends.toolcalls.thinking import OPEN, ThinkParser
 from hotloop.backends.upstream import Retryable, UpstreamBackend, engine_ms, mid_stream_error
 from hotloop.chat.format import ChatFormat
 from hotloop.config import Upstream
@@ -41,13 +42,18 @@ class TokensBackend(UpstreamBackend):
         self.chat = chat
         self.path = PATHS[upstream.dialect]
         self.prompts = PromptJSON()
+        # A template whose generation prompt opens the think block: the output starts inside it.
+        probe = chat.render_text([{"role": "user", "content": "x"}], add_generation_prompt=True)
+        self._opens_think = probe.rstrip().endswith(OPEN)
 
     def body(self, request: GenerationRequest) -> dict[str, Any]:
         ids = self.prompts.encode(request.prompt_tokens, request.response_id, request.previous_response_id)
         return request_body(self.upstream.dialect, self.model, request, self.upstream.context_window, ids)
 
     def reader(self, request: GenerationRequest) -> _Reader:
-        parser = make_parser(self.upstream.tool_parser, request.tools, request.parallel_tool_calls)
+        parser: ToolParser = make_parser(self.upstream.tool_parser, request.tools, request.parallel_tool_calls)
+        if self.upstream.reasoning_parser == "think":
+            parser = ThinkParser(parser, open_in_prompt=self._opens_think)
         if self.upstream.dialect == "sglang":
             return _SGLangReader(parser, len(request.prompt_tokens), self.upstream.sglang_incremental_output)
         return READERS[self.upstream.dialect](parser, len(request.prompt_tokens))

@@ -40,7 +40,8 @@ def add_sim_engine_parser(sub: argparse._SubParsersAction[argparse.ArgumentParse
         "--reasoning-tokens",
         type=int,
         default=defaults.reasoning_tokens,
-        help="a reasoning model: tokens of thinking before each answer or call (chat API only)",
+        help="a reasoning model: tokens of thinking before each answer or call (chat: --reasoning-field; "
+        "completions: a <think> block)",
     )
     parser.add_argument(
         "--reasoning-field",

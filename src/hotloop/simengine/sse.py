@@ -45,13 +45,22 @@ class Collector(Protocol):
 
 
 class HermesText:
-    """Deltas as generated text, tool calls as `<tool_call>` blocks: what a Hermes-style model writes."""
+    """Deltas as generated text, tool calls as `<tool_call>` blocks, reasoning in a `<think>` block: what a
+    Hermes-style reasoning model (Qwen3) writes."""
 
     def __init__(self) -> None:
         self.calls = 0
         self.custom = False  # the open call is a custom tool's: its raw text pieces go in a JSON string
+        self.thinking = False
 
     def __call__(self, delta: Delta) -> str:
+        if isinstance(delta, ReasoningDelta):
+            head = "" if self.thinking else "<think>"
+            self.thinking = True
+            return head + delta.text
+        if self.thinking and not isinstance(delta, Finished):
+            self.thinking = False
+            return "</think>\n\n" + self(delta)
         if isinstance(delta, TextDelta):
             return delta.text
         if isinstance(delta, ToolCallStart):
