@@ -140,3 +140,22 @@ def test_console_in_chromium_shows_live_numbers_and_the_playground_streams(brows
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         running.stop()
+
+
+def test_the_playground_shows_reasoning_as_it_streams(browser: Browser, tmp_path: Path) -> None:
+    """A reasoning model's thinking gets its own line, above the answer, filled from the reasoning deltas."""
+    running = start_server(tmp_path, models=["hotloop-sim"], sim_ttft_ms=2.0, sim_tps=4000.0, sim_reasoning_tokens=6)
+    try:
+        browser.goto(f"http://127.0.0.1:{running.port}/")
+        browser.evaluate("document.getElementById('pg-input').value = 'Think, then answer'")
+        browser.evaluate("document.getElementById('pg-form').requestSubmit()")
+        browser.wait_for("document.getElementById('pg-status').textContent.startsWith('completed')")
+        thought = browser.evaluate("document.querySelector('#pg-log .reasoning').textContent")
+        assert thought.startswith("Let me think:") and len(thought.split()) == 3 + 6  # the six thinking tokens
+        order = browser.evaluate(
+            "[...document.querySelectorAll('#pg-log > div')].map((div) => div.className).join(',')"
+        )
+        assert order == "user,reasoning,assistant", order
+        assert len(browser.evaluate("document.querySelector('#pg-log .assistant').textContent")) > 10
+    finally:
+        running.stop()

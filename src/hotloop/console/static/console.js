@@ -136,7 +136,19 @@ async function poll() {
 
 // -- playground: one WebSocket, one chain continued with previous_response_id ------------------------------------
 
-const playground = { ws: null, previousId: null, current: null };
+const playground = { ws: null, previousId: null, current: null, thinking: null };
+
+// The model's reasoning as it streams (protocol.md §2.6: OpenAI's or Open Responses' event names), in its own line
+// above the answer.
+function think(text) {
+  if (!playground.thinking) {
+    const div = document.createElement("div");
+    div.className = "reasoning";
+    $("pg-log").insertBefore(div, playground.current);
+    playground.thinking = div;
+  }
+  playground.thinking.textContent += text;
+}
 
 function logLine(kind, text) {
   const div = document.createElement("div");
@@ -170,12 +182,21 @@ function onEvent(event) {
     case "response.created":
       $("pg-status").textContent = "generating…";
       playground.current = logLine("assistant", "");
+      playground.thinking = null;
+      break;
+    case "response.reasoning_text.delta":
+    case "response.reasoning.delta":
+      think(event.delta);
       break;
     case "response.output_text.delta":
       playground.current.textContent += event.delta;
       break;
     case "response.output_item.done":
       if (event.item.type === "function_call") logLine("tool", `→ ${event.item.name}(${event.item.arguments})`);
+      if (event.item.type === "reasoning" && !playground.thinking) {  // reasoning_events = "none": no deltas
+        think((event.item.content || []).map((part) => part.text).join(""));
+      }
+      playground.thinking = null;  // the next reasoning item gets its own line
       break;
     case "response.completed":
     case "response.incomplete": {
