@@ -7,7 +7,11 @@ foreign `Host` (DNS rebinding) with 421, and nothing is stored for either.
 
 from __future__ import annotations
 
+import functools
+import http.server
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from cdp import Browser, ensure_chromium
 from conftest import RunningServer, start_server, stored_counts
 from hotloop.transports.doors import Doors
 from http_support import error_of
@@ -184,4 +189,55 @@ def test_the_defaults_refuse_both(tmp_path: Path) -> None:
             reply = http.post("/responses", json={"input": "hi"}, headers={"Origin": _own_origin(server)})
             assert reply.status_code == 200, reply.text
     finally:
+        server.stop()
+
+
+# -- a real browser --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chromium(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    ensure_chromium()
+    browser = Browser(tmp_path_factory.mktemp("chromium"))
+    yield browser
+    browser.close()
+
+
+FOREIGN_PAGE = """<!doctype html><script>
+window.result = {ws: "pending", post: "pending"};
+const ws = new WebSocket("ws://127.0.0.1:PORT/v1/responses");
+ws.onopen = () => { window.result.ws = "open"; };
+ws.onclose = (event) => { if (window.result.ws === "pending") window.result.ws = "refused"; };
+// A "simple" cross-site POST: browsers send it without asking the server first (no CORS preflight).
+fetch("http://127.0.0.1:PORT/v1/responses", {method: "POST", mode: "no-cors", headers: {"content-type": "text/plain"},
+  body: JSON.stringify({model: "hotloop-sim", input: "sent by another site"})})
+  .then(() => { window.result.post = "sent"; }, () => { window.result.post = "failed"; });
+</script>"""
+
+
+def test_a_page_from_another_origin_cannot_drive_the_server(chromium: Browser, tmp_path: Path) -> None:
+    """Chromium on a page of another origin (another port of 127.0.0.1): its WebSocket is refused before it
+    opens, and its no-cors POST reaches the server but stores nothing; the console's own page still connects."""
+    server = start_server(tmp_path / "data", models=[SIM], default_model=SIM)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text(FOREIGN_PAGE.replace("PORT", str(server.port)))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    foreign = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=foreign.serve_forever, daemon=True).start()
+    try:
+        before = stored_counts(server)
+        chromium.goto(f"http://127.0.0.1:{foreign.server_address[1]}/index.html")
+        chromium.wait_for("window.result && window.result.ws !== 'pending' && window.result.post !== 'pending'")
+        assert chromium.evaluate("window.result.ws") == "refused"
+        assert chromium.evaluate("window.result.post") == "sent"  # the browser sent it; the server refused it
+        time.sleep(0.3)  # a fixed wait, for an absence: the refused POST must not be stored after all
+        assert stored_counts(server) == before
+        # The server's own page (the console) is same-origin: its socket opens.
+        chromium.goto(f"http://127.0.0.1:{server.port}/")
+        script = f"new Promise((ok) => {{ const w = new WebSocket('ws://127.0.0.1:{server.port}/v1/responses');"
+        script += " w.onopen = () => ok('open'); w.onclose = () => ok('refused'); })"
+        assert chromium.evaluate(script) == "open"
+    finally:
+        foreign.shutdown()
         server.stop()
