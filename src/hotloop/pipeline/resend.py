@@ -91,6 +91,8 @@ def input_items(
     """The request's items, and the positions of those whose id hotloop generated: a resent history's first items
     as the earlier request normalized them (with new ids where it generated them, when this request is stored:
     stored input items have ids of their own; otherwise no one sees them), the rest normalized now."""
+    if request.previous_response_id:  # a continuation is never remembered: no positions to keep
+        return normalize_input(request.input), ()
     skip = len(resent.raw) if resent is not None else 0
     fresh = normalize_input(request.input, skip, ids=False)
     items = assign_ids(fresh)
