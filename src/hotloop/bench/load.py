@@ -248,7 +248,9 @@ def floor_ratios(run: dict[str, Any], floor: dict[str, Any]) -> dict[str, float]
 
 
 def _ratio(a: float | None, b: float | None) -> float:
-    return math.nan if a is None or b is None else ratio(a, b)
+    """hotloop's figure over the floor's; NaN where the floor's is missing or not above zero (its overhead over a
+    handful of turns can be 0 or a hair below, within the clock's jitter): no ratio means anything there."""
+    return math.nan if a is None or b is None or b <= 0 else ratio(a, b)
 
 
 def largest_under(runs: list[dict[str, Any]], target_ms: float, key: str = "overhead_ms") -> int | None:
