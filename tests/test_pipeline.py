@@ -112,7 +112,8 @@ async def test_a_client_that_goes_away_cancels_the_turn(service: Service) -> Non
 async def test_background_start_relay_and_stop(service: Service) -> None:
     """pipeline/background.py: stored queued at once, relayed to a streaming creator, stopped as cancelled."""
     session = service.session("owner", caching=False)
-    turn = await admit(service, session, _create(input="bg", background=True))
+    slow_start = {"sim_ttft_ms": "300", "sim_output_tokens": "3"}  # still generating when the store is read
+    turn = await admit(service, session, _create(input="bg", background=True, metadata=slow_start))
     running = await background.start(service, turn, stream=True)
     stored = await service.store.get("owner", turn.response.id)
     assert stored is not None and stored.status in ("queued", "in_progress")
