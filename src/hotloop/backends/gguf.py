@@ -22,7 +22,7 @@ log = logging.getLogger("hotloop.llama_cpp")
 # prints warnings such as "n_ctx_seq (512) > n_ctx_train (0)" for the vocab-only model even with verbose=False).
 _GGML_ERROR, _GGML_CONT = 4, 5
 _log_lock = threading.Lock()
-_log_state: dict[str, Any] = {}  # the log callback, and whether the AMX guard is installed
+_log_state: dict[str, Any] = {}
 
 
 def smollm2_path() -> Path:
@@ -63,28 +63,27 @@ def cpu_has_amx() -> bool:
     return " amx_int8" in flags
 
 
+@cache
 def avoid_amx_kernels() -> None:
     """On a CPU with AMX, have every later llama.cpp model load keep its weights in plain CPU buffers (idempotent).
 
     llama.cpp otherwise repacks them for its AMX kernels, and those crash the process (SIGSEGV in
     `ggml_backend_amx_mul_mat`) on the first evaluation on some Sapphire Rapids machines (ggml-org/llama.cpp#20824,
     open; seen here with llama-cpp-python 0.3.36). llama-cpp-python's `Llama` takes no such option, so the default
-    model parameters it starts from are wrapped, once per process.
+    model parameters it starts from are wrapped, once per process (`cache`).
     """
     import llama_cpp.llama as llama_module
 
-    with _log_lock:
-        if "amx" in _log_state or not cpu_has_amx():
-            return
-        defaults = llama_module.llama_cpp.llama_model_default_params
+    if not cpu_has_amx():
+        return
+    defaults = llama_module.llama_cpp.llama_model_default_params
 
-        def without_extra_buffers() -> Any:
-            params = defaults()
-            params.use_extra_bufts = False
-            return params
+    def without_extra_buffers() -> Any:  # wrapping twice (two first calls at once) would do no harm
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
 
-        llama_module.llama_cpp.llama_model_default_params = without_extra_buffers
-        _log_state["amx"] = True
+    llama_module.llama_cpp.llama_model_default_params = without_extra_buffers
 
 
 def load_llama(**kwargs: Any) -> Any:

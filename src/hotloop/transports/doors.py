@@ -23,6 +23,7 @@ from starlette.websockets import WebSocket
 
 from hotloop.config import Settings
 from hotloop.errors import HotloopError, InvalidHost, OriginNotAllowed
+from hotloop.transports.http import error_response
 
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
@@ -119,8 +120,6 @@ class DoorsMiddleware:
         if refusal is None:
             await self.app(scope, receive, send)
             return
-        from hotloop.transports.http import error_response
-
         if scope["type"] == "websocket":
             await WebSocket(scope, receive, send).send_denial_response(error_response(refusal))
         else:

@@ -178,23 +178,32 @@ class _Counts(msgspec.Struct, forbid_unknown_fields=False):
 _counts_decoder = msgspec.json.Decoder(_Counts)
 
 
-def _check_counts(data: bytes | str) -> None:
-    try:
-        counts = _counts_decoder.decode(data)
-    except (msgspec.DecodeError, RecursionError):
-        return  # the full decode reports it, with the field's path
+def _over_limits(counts: _Counts | CreateRequest) -> InvalidParam | None:
+    """The error of a create over the item or tool limit (raw or decoded: both count the same), or None."""
     if isinstance(counts.input, list) and len(counts.input) > MAX_INPUT_ITEMS:
-        raise InvalidParam(
+        return InvalidParam(
             f"input has {len(counts.input)} items; at most {MAX_INPUT_ITEMS} are accepted.",
             param="input",
             code="array_above_max_length",
         )
     if counts.tools is not None and len(counts.tools) > MAX_TOOLS:
-        raise InvalidParam(
+        return InvalidParam(
             f"tools has {len(counts.tools)} entries; at most {MAX_TOOLS} are accepted.",
             param="tools",
             code="array_above_max_length",
         )
+    return None
+
+
+def _check_counts(data: bytes | str) -> None:
+    """The limits, counted as raw JSON before a large body is decoded whole."""
+    try:
+        counts = _counts_decoder.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        return  # the full decode reports it, with the field's path
+    error = _over_limits(counts)
+    if error is not None:
+        raise error
 
 
 def decode_create(data: bytes | str) -> CreateRequest:
@@ -202,10 +211,9 @@ def decode_create(data: bytes | str) -> CreateRequest:
     if len(data) >= COUNT_FIRST_BYTES:
         _check_counts(data)
     request: CreateRequest = _decode(_create_decoder, data)
-    if (request.tools is not None and len(request.tools) > MAX_TOOLS) or (
-        isinstance(request.input, list) and len(request.input) > MAX_INPUT_ITEMS
-    ):
-        _check_counts(data)  # a smaller body over a limit: the same error
+    error = _over_limits(request)  # a smaller body over a limit: the same error
+    if error is not None:
+        raise error
     return request
 
 
@@ -223,11 +231,8 @@ def decode_client_event(data: bytes | str) -> ClientEvents:
         raise InvalidJSON("The frame is not valid JSON.") from None
     except RecursionError:
         raise InvalidJSON(_TOO_DEEP) from None
-    if isinstance(event, CreateEvent) and (
-        (event.tools is not None and len(event.tools) > MAX_TOOLS)
-        or (isinstance(event.input, list) and len(event.input) > MAX_INPUT_ITEMS)
-    ):
-        _large_create_counts(data)  # a smaller frame over a limit: the same error
+    if isinstance(event, CreateEvent) and (error := _over_limits(event)) is not None:
+        raise InvalidCreate(error)  # a smaller frame over a limit: the same error
     return event
 
 
