@@ -32,6 +32,7 @@ class Inputs:
     resent: Resent | None  # the earlier request whose input `items` starts with
     generated: tuple[int, ...]  # positions in `items` whose id hotloop generated
     fresh_references: bool  # whether `fresh` held an `item_reference` (expanded from the store)
+    resendable: bool  # a whole history (`resendable`): neither a continuation nor a conversation
 
     @property
     def skip(self) -> int:
@@ -61,7 +62,7 @@ class Inputs:
     def rememberable(self, request: CreateRequest) -> bool:
         """Whether a later request may start from this one's input: not a continuation nor a conversation, and
         nothing in it copied from the store."""
-        if self.parent is not None or self.history or not isinstance(request.input, list):
+        if not self.resendable or not isinstance(request.input, list):
             return False
         return len(request.input) >= MIN_ITEMS and not self.fresh_references
 
@@ -79,13 +80,19 @@ async def gather(
     references = any(isinstance(item, ItemReference) for item in fresh)
     expanded = await expand_references(service, session, fresh, parent) if references else fresh
     whole = [*items[:skip], *expanded] if skip else expanded
-    return Inputs(parent, history, cast(list[ContextItem], whole), resent, generated, references)
+    whole_history = resendable(request, conversation_id)
+    return Inputs(parent, history, cast(list[ContextItem], whole), resent, generated, references, whole_history)
+
+
+def resendable(request: CreateRequest, conversation: str | None) -> bool:
+    """Whether the request's input is a whole history, as a client that resends it sends one: a list of items,
+    neither continuing a chain nor a conversation."""
+    return not request.previous_response_id and not conversation and isinstance(request.input, list)
 
 
 def match_resent(service: Service, session: Session, request: CreateRequest, conversation: str | None) -> Resent | None:
-    """The earlier request whose input this one's starts with: only for a request that neither continues a chain
-    nor a conversation."""
-    if request.previous_response_id or conversation or not isinstance(request.input, list):
+    """The earlier request whose input this one's starts with (`resendable` requests only)."""
+    if not resendable(request, conversation) or not isinstance(request.input, list):
         return None
     return service.resent.match(session.owner, request.input)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from array import array
-from typing import Any, cast
+from typing import Any
 
 from hotloop.backends.base import GenerationRequest
 from hotloop.ids import new_id
@@ -90,7 +90,7 @@ def _tools(request: CreateRequest, inputs: Inputs) -> ToolSet:
     if parent is not None and parent.tools is not None and parent.request.tools == request.tools:
         return parent.tools
     if resent is not None and resent.tools == request.tools:
-        return cast(ToolSet, resent.resolved_tools)
+        return resent.resolved_tools
     return resolve_tools(request.tools)
 
 

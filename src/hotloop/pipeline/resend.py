@@ -22,6 +22,7 @@ from hotloop.backends.lru import ByteLRU
 from hotloop.chat.format import ChatFormat
 from hotloop.chat.incremental import Rendered
 from hotloop.pipeline.normalize import assign_ids, normalize_input, reissue_ids
+from hotloop.pipeline.tools import ToolSet
 from hotloop.safety.stage import SafetyResult
 from hotloop.wire.items import ContextItem, ItemReference
 from hotloop.wire.request import CreateRequest
@@ -61,8 +62,8 @@ class Resent:
         safety: SafetyResult,
         rendered: Rendered | None,
         chat: ChatFormat | None,
-        tools: Any,
-        resolved_tools: Any,
+        tools: list[dict[str, Any]] | None,
+        resolved_tools: ToolSet,
         raw_bytes: int,
     ) -> None:
         self.raw = raw  # the input items as received
