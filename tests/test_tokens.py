@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,8 +16,12 @@ from hotloop.backends.gguf import smollm2_chat_format
 from hotloop.chat.format import ChatFormat
 from hotloop.chat.incremental import INLINE, Encoder, PromptRenderer, TokenCache, probe_incremental, run_inline
 from hotloop.chat.messages import chat_messages, item_messages, system_message
+from hotloop.chat.reasoning import ReasoningPrompt, ReplayPolicy, replay_from
+from hotloop.models import Model
 from hotloop.pipeline import prepare as turn_module
-from hotloop.wire.items import ContextItem
+from hotloop.pipeline.prompt import PromptBase, render_prompt
+from hotloop.wire.items import ContextItem, FunctionCall, InputText, Message, Reasoning, ReasoningText
+from hotloop.wire.request import CreateRequest
 from test_render import TOOLS, conversations
 from wsutil import WS, final
 
@@ -57,6 +61,53 @@ def test_chain_of_extends_equals_full_render_every_turn(
         assert state is not None
         assert prompt.tolist() == chat.tokens(chat_messages(instructions, tools, items[:end])), (start, end)
     assert renderer.stats.fallbacks == 0
+
+
+@st.composite
+def thinking_conversations(draw: st.DrawFn) -> list[ContextItem]:
+    """The conversations above with a model's reasoning before some of its answers and calls (some empty)."""
+    out: list[ContextItem] = []
+    for step, (_, item) in enumerate(draw(conversations())):
+        starts_turn = isinstance(item, FunctionCall | Message) and getattr(item, "role", "assistant") == "assistant"
+        if starts_turn and not isinstance(out[-1:] and out[-1], FunctionCall) and draw(st.booleans()):
+            text = draw(st.text(max_size=30))
+            out.append(Reasoning(summary=[], id=f"rs_{step}", content=[ReasoningText(text=text)] if text else []))
+        out.append(item)
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(items=thinking_conversations(), data=st.data())
+@pytest.mark.parametrize("replay", ["chain", "all", "none"])
+def test_reasoning_renders_incrementally_like_the_full_render_under_each_replay_policy(
+    chat: ChatFormat, replay: ReplayPolicy, items: list[ContextItem], data: st.DataObject
+) -> None:
+    """`render_prompt` across random turns of a reasoning model's conversation: every turn's prompt equals a full
+    render of the turn's items with the policy applied to all of them (`chain`: only the reasoning after the last
+    user message), whether it extended the chain's state or started again."""
+    model = Model("m", cast(Any, None), chat, 1 << 20, reasoning=ReasoningPrompt(form="think", replay=replay))
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(items) - 1)), max_size=5)))
+    request = CreateRequest(instructions=data.draw(st.none() | st.text(max_size=20)))
+    tools = data.draw(st.sampled_from([(), tuple(TOOLS)]))
+    renderer = PromptRenderer(TokenCache(1 << 20), encoder=INLINE)
+    base: PromptBase | None = None
+    for start, end in itertools.pairwise([0, *cuts, len(items)]):
+        prompt, state = run_inline(render_prompt(renderer, model, request, tools, base, items[start:end]))
+        turn = items[:end]
+        expected = chat.tokens(chat_messages(request.instructions, tools, turn, replay_from(replay, turn)))
+        assert prompt.tolist() == expected, (start, end)
+        base = PromptBase(turn, state, chat)
+    assert renderer.stats.fallbacks == 0
+
+
+def test_a_think_block_and_the_answer_after_it_render_as_the_model_wrote_them(chat: ChatFormat) -> None:
+    thought = Reasoning(summary=[], id="rs_1", content=[ReasoningText(text="\nweather needs a tool\n")])
+    call = FunctionCall(call_id="c1", name="get_weather", arguments='{"city": "Oslo"}', id="fc_1", status="completed")
+    user = Message(role="user", content=[InputText(text="Weather?")], id="msg_1", status="completed")
+    rendered = chat_messages(None, [], [user, thought, call], think_from=0)
+    call_text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    assert rendered[-1] == {"role": "assistant", "content": "<think>\nweather needs a tool\n</think>\n\n" + call_text}
+    assert chat_messages(None, [], [user, thought, call])[-1]["content"] == call_text  # no think_from: no reasoning
 
 
 def test_token_cache_serves_resent_history_and_is_bounded(chat: ChatFormat) -> None:

@@ -8,6 +8,7 @@ before the first token, a departed client → the upstream request cancelled. Pl
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from collections.abc import Iterator
@@ -156,6 +157,20 @@ def test_text_streams_with_the_engines_usage(http: httpx.Client, engine: SimEngi
 
 
 @pytest.mark.parametrize("model", DIALECTS)
+def test_a_calls_arguments_stream_as_the_engine_writes_them(http: httpx.Client, model: str) -> None:
+    body = {"model": model, "input": "Weather in Oslo?", "tools": [WEATHER], "stream": True}
+    events = parse_sse(http.post("/responses", json=body).text)
+    final = check_sequence(events)  # schema-valid, in order
+    made = calls(final)
+    assert made and json.loads(made[0]["arguments"])["city"]
+    first = made[0]["id"]
+    deltas = [
+        e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta" and e["item_id"] == first
+    ]
+    assert len(deltas) > 1 and "".join(deltas) == made[0]["arguments"]  # in pieces, not one delta at the end
+
+
+@pytest.mark.parametrize("model", DIALECTS)
 def test_max_output_tokens_is_sent_and_incomplete(http: httpx.Client, model: str) -> None:
     reply = http.post("/responses", json={"model": model, "input": "Hello", "max_output_tokens": 16})
     response = reply.json()
@@ -274,17 +289,57 @@ def _flat(steps: list[list[Any]]) -> list[Any]:
     return [delta for step in steps for delta in step]
 
 
-def test_hermes_parser_streams_text_and_emits_each_call_when_its_block_closes() -> None:
+def test_hermes_parser_streams_text_and_each_calls_arguments_as_they_are_written() -> None:
     call = '{"name": "get_weather", "arguments": {"city": "Oslo"}}'
-    pieces = ["Let me ", "check.\n<tool", "_call>\n", call[:20], call[20:], "\n</tool_", "call>\n<tool_call>"]
-    pieces += ['{"name": "patch", "input": "diff"}</tool_call>']
+    pieces = [
+        "Let me ",
+        "check.\n<tool",
+        "_call>\n",
+        call[:20],
+        call[20:43],
+        call[43:],
+        "\n</tool_",
+        "call>\n<tool_call>",
+    ]
+    pieces += ['{"name": "patch", "input": "di', "ff \\u00e9\\ud83d", '\\ude00\\n"}</tool_call>']
     steps = _run("hermes", pieces)
     assert steps[0] == [TextDelta("Let me ")]  # text streams at once
     assert steps[1] == [TextDelta("check.\n")]  # held only what may open a block
-    assert steps[2:5] == [[], [], []]  # inside the block
-    assert steps[6] == [ToolCallStart("get_weather"), ToolCallDelta('{"city": "Oslo"}'), ToolCallEnd()]
-    assert steps[7] == [ToolCallStart("patch", "custom"), ToolCallDelta("diff"), ToolCallEnd()]
-    assert steps[8] == []  # the whitespace between blocks is not a message
+    assert steps[2:4] == [[], []]  # inside the block, before the call's name is whole
+    assert steps[4] == [ToolCallStart("get_weather"), ToolCallDelta('{"city')]  # the arguments stream
+    assert steps[5:7] == [[ToolCallDelta('": "Oslo"}')], []]
+    assert steps[7] == [ToolCallEnd()]  # the block closed
+    # A freeform tool's input streams decoded, an escape held until it is whole (here a surrogate pair).
+    assert steps[8] == [ToolCallStart("patch", "custom"), ToolCallDelta("di")]
+    assert steps[9:11] == [[ToolCallDelta("ff é")], [ToolCallDelta("😀\n"), ToolCallEnd()]]
+    assert steps[11] == []  # the whitespace between blocks is not a message
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 1000])
+def test_streamed_calls_carry_the_same_payload_as_held_ones(size: int) -> None:
+    """Cut anywhere, a streamed call's deltas join to the payload its whole block gives."""
+    text = (
+        'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "O\\"slo}", "n": [1, {"a": "]"}]}}\n'
+        '</tool_call>\n<tool_call>{"name": "patch", "input": "a\\tb\\\\\\u00e9"}</tool_call>'
+    )
+    deltas = _flat(_run("hermes", [text[i : i + size] for i in range(0, len(text), size)]))
+    calls_made: list[list[str]] = []
+    for delta in deltas:
+        if isinstance(delta, ToolCallStart):
+            calls_made.append([delta.name])
+        elif isinstance(delta, ToolCallDelta):
+            calls_made[-1].append(delta.text)
+    assert [(made[0], "".join(made[1:])) for made in calls_made] == [
+        ("get_weather", '{"city": "O\\"slo}", "n": [1, {"a": "]"}]}'),
+        ("patch", "a\tb\\é"),
+    ]
+    assert sum(isinstance(delta, ToolCallEnd) for delta in deltas) == 2
+    assert "".join(d.text for d in deltas if isinstance(d, TextDelta)).rstrip() == "Sure."
+
+
+def test_a_streamed_call_cut_short_ends_with_what_was_written() -> None:
+    deltas = _flat(_run("hermes", ['<tool_call>{"name": "get_weather", "arguments": {"city": "Os']))
+    assert deltas == [ToolCallStart("get_weather"), ToolCallDelta('{"city": "Os'), ToolCallEnd()]
 
 
 def test_hermes_parser_releases_bad_blocks_as_text_and_reads_bare_json() -> None:
@@ -413,3 +468,48 @@ def test_a_think_block_from_the_engine_is_a_reasoning_item(tmp_path: Path, diale
     assert [item["type"] for item in first["output"]] == ["reasoning", "function_call"], first["output"]
     assert first["output"][0]["content"][0]["text"].startswith("Let me think:")
     assert first["output"][1]["name"] == WEATHER["name"]
+
+
+@pytest.mark.parametrize(("dialect", "replay"), [("vllm", "chain"), ("sglang", "chain"), ("llamacpp", "all")])
+def test_a_reasoning_tool_loop_replays_the_generated_tokens_exactly(tmp_path: Path, dialect: str, replay: str) -> None:
+    """Each turn's prompt is the previous prompt plus exactly the tokens the engine generated (its `<think>` block
+    and calls) plus the tool outputs: the engine, which keeps what it generated in its prefix cache as vLLM and
+    SGLang do, finds all of that cached. A new user message ends the chain: `chain` drops the reasoning rendered so
+    far (one miss, as Qwen3's template does), `all` keeps it."""
+    thinker = SimEngineProcess(tps=5000, prefill_us_per_token=1, reasoning_tokens=6, tool_calls=3).wait_ready()
+    url = thinker.base_url if dialect == "vllm" else f"http://127.0.0.1:{thinker.port}"
+    upstream = Upstream(
+        url=url,
+        backend="tokens",
+        dialect=dialect,
+        reasoning_parser="think",
+        reasoning_replay=replay,
+        read_timeout_s=30,  # type: ignore[arg-type]
+    )
+    server = start_server(tmp_path, models=["qwen"], default_model="qwen", upstreams={"qwen": upstream})
+    try:
+        with server.http() as client:
+            body = {"tools": [WEATHER], "instructions": "Be brief."}
+            response = _create(client, {**body, "input": "Weather in Oslo?"})
+            loop = [response]
+            while made := calls(response):
+                assert response["output"][0]["type"] == "reasoning"
+                outputs = [{"type": "function_call_output", "call_id": c["call_id"], "output": "sunny"} for c in made]
+                response = _create(client, {**body, "previous_response_id": response["id"], "input": outputs})
+                loop.append(response)
+            follow_up = _create(client, {**body, "previous_response_id": response["id"], "input": "And Rome?"})
+        records = thinker.http.get("/stats/requests", params={"after": 0}).json()["requests"]
+    finally:
+        server.stop()
+        thinker.stop()
+    assert len(loop) >= 3 and output_text(loop[-1])  # calls, more calls, then an answer
+    assert [record["prompt_tokens"] for record in records] == [r["usage"]["input_tokens"] for r in [*loop, follow_up]]
+    for before, after in itertools.pairwise(records[: len(loop)]):
+        assert before["output_ids"] > 0
+        assert after["cached_tokens"] >= before["prompt_tokens"] + before["output_ids"], (before, after)
+    last, user_turn = records[len(loop) - 1], records[len(loop)]
+    if replay == "all":
+        assert user_turn["cached_tokens"] >= last["prompt_tokens"] + last["output_ids"]
+    else:  # the chain's reasoning is gone from the prompt: it differs from the first reasoning on
+        assert records[0]["prompt_tokens"] <= user_turn["cached_tokens"] < records[1]["prompt_tokens"]
+    assert follow_up["output"][0]["type"] == "reasoning"

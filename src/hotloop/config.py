@@ -29,8 +29,8 @@ class Upstream(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     retries: int = 2  # attempts after the first, only before the first token
     max_connections: int = 256
     max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
-    # `openai-chat`: which reasoning items go back to the engine (the tool chain in progress, since the last user
-    # message; all; none), and in which field of the assistant message (docs/backends.md).
+    # Which reasoning items go back to the model (the tool chain in progress, since the last user message; all;
+    # none); `openai-chat`: in which field of the assistant message (docs/backends.md).
     reasoning_replay: Literal["chain", "all", "none"] = "chain"
     reasoning_field: Literal["reasoning_content", "reasoning"] = "reasoning_content"
     # How `reasoning.effort` reaches the engine: its `reasoning_effort` (vLLM with gpt-oss, OpenAI), Qwen3-style

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from hotloop.backends.base import Backend
 from hotloop.chat.format import ChatFormat
+from hotloop.chat.reasoning import NO_REASONING, ReasoningPrompt
 from hotloop.config import Settings, Upstream
 from hotloop.errors import ModelNotFound
 from hotloop.observability.metrics import KVReading, ReplicaReading
@@ -17,10 +18,17 @@ KNOWN_MODELS = (SMOLLM2, SIM)
 
 
 class Model:
-    __slots__ = ("backend", "chat", "context_window", "created", "id", "owned_by", "takes_messages")
+    __slots__ = ("backend", "chat", "context_window", "created", "id", "owned_by", "reasoning", "takes_messages")
 
     def __init__(
-        self, id: str, backend: Backend, chat: ChatFormat, context_window: int, *, takes_messages: bool = False
+        self,
+        id: str,
+        backend: Backend,
+        chat: ChatFormat,
+        context_window: int,
+        *,
+        takes_messages: bool = False,
+        reasoning: ReasoningPrompt = NO_REASONING,
     ) -> None:
         self.id = id
         self.backend = backend
@@ -30,6 +38,8 @@ class Model:
         self.owned_by = "hotloop"
         # An upstream engine's chat API: the render stage hands over items, not tokens (backends/openai_chat.py).
         self.takes_messages = takes_messages
+        # How the prompts hotloop renders carry reasoning items back (chat/reasoning.py).
+        self.reasoning = reasoning
 
 
 class ModelRegistry:
@@ -104,7 +114,9 @@ def build_registry(settings: Settings) -> ModelRegistry:
             seed=settings.sim_seed,
             reasoning_tokens=settings.sim_reasoning_tokens,
         )
-        models[SIM] = Model(SIM, SimBackend(sim), chat, context_window=131_072)
+        # hotloop-sim thinks as a `<think>` model does: its reasoning goes back into the prompt it renders.
+        thinker = ReasoningPrompt(form="think")
+        models[SIM] = Model(SIM, SimBackend(sim), chat, context_window=131_072, reasoning=thinker)
     if SMOLLM2 in settings.models:
         from hotloop.backends.llama import LlamaBackend
 
@@ -143,7 +155,8 @@ def _upstream_model(name: str, upstream: Upstream, chat: ChatFormat) -> Model:
         # hotloop renders and tokenizes with the model's own format, incrementally per chain (chat/incremental.py).
         fmt = load_chat_format(name, upstream)
         probe_incremental(fmt)
-        return Model(name, TokensBackend(name, upstream, fmt), fmt, upstream.context_window)
+        reasoning = ReasoningPrompt(form=upstream.reasoning_parser, replay=upstream.reasoning_replay)
+        return Model(name, TokensBackend(name, upstream, fmt), fmt, upstream.context_window, reasoning=reasoning)
     from hotloop.backends.openai_chat import OpenAIChatBackend
 
     # `chat` is not used to render for an upstream (its engine has its own template); every Model has one.

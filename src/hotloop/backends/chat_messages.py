@@ -10,15 +10,15 @@ are named `namespace__name` (chat APIs allow only [a-zA-Z0-9_-] in names). A rea
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 
-from hotloop import sealing
 from hotloop.backends.base import GenerationRequest
 from hotloop.chat.media import describe_file
 from hotloop.chat.messages import compaction_text, other_item_text
+from hotloop.chat.reasoning import ReplayPolicy, reasoning_text, replay_from
 from hotloop.chat.specs import ToolSpec
 from hotloop.wire.items import (
     Compaction,
@@ -48,7 +48,7 @@ def wire_name(name: str, namespace: str | None) -> str:
 class Replay(msgspec.Struct, frozen=True):
     """Which reasoning items go back to the engine, and in which assistant-message field (docs/backends.md)."""
 
-    policy: str = "chain"  # chain: since the last user message (the tool chain in progress); all; none
+    policy: ReplayPolicy = "chain"  # chain: since the last user message (the tool chain in progress); all; none
     field: str = "reasoning_content"
 
 
@@ -64,30 +64,12 @@ def messages(request: GenerationRequest, replay: Replay = DEFAULT_REPLAY) -> lis
     if request.instructions:
         out.append({"role": "system", "content": request.instructions})
     items = request.items
-    start = last_user(items) if replay.policy == "chain" else 0
+    start = replay_from(replay.policy, items)
     for index, item in enumerate(items):
-        if isinstance(item, Reasoning) and (replay.policy == "none" or index < start):
+        if isinstance(item, Reasoning) and index < start:
             continue  # reasoning outside what the engine is to read again
         append(out, item, f"input[{index}]", replay.field)
     return out
-
-
-def reasoning_text(item: Reasoning) -> str:
-    """The item's raw text, or, from a stateless client that kept only the sealed form, the text of its
-    `encrypted_content` (verified by the validate stage before anything renders)."""
-    text = "".join(part.text for part in item.content or ())
-    if not text and item.encrypted_content:
-        return sealing.peek(item.encrypted_content)
-    return text
-
-
-def last_user(items: Sequence[ContextItem]) -> int:
-    """The index of the last user message (0 when there is none)."""
-    for index in range(len(items) - 1, -1, -1):
-        item = items[index]
-        if isinstance(item, Message) and item.role == "user":
-            return index
-    return 0
 
 
 def append(out: list[ChatMessage], item: ContextItem, param: str, field: str = "reasoning_content") -> None:

@@ -26,6 +26,8 @@ class ChatFormat:
         self._special = {"bos_token": bos_token, "eos_token": eos_token}
         # Incremental rendering (chat/incremental.py): special tokens a message segment may start with, the
         # generation prompt's ids, a salt for cache keys, and whether the probe found the template per-message.
+        # The end-of-turn token an engine generates last (it stays in the engine's cache before the next message).
+        self.eos_ids = tokenizer.encode(eos_token) if eos_token else []
         self.boundary_ids = frozenset(
             ids[0] for ids in (tokenizer.encode(t) for t in (bos_token, eos_token) if t) if len(ids) == 1
         )

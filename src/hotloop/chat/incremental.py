@@ -102,7 +102,7 @@ class Rendered:
     such a view copies first, as `Context` does.
     """
 
-    __slots__ = ("base", "base_text", "last", "last_start", "length", "source", "system", "tokens")
+    __slots__ = ("base", "base_text", "last", "last_start", "length", "reasoning", "source", "system", "tokens")
 
     def __init__(
         self,
@@ -124,6 +124,9 @@ class Rendered:
         self.length = length
         self.last = last  # the last message, which a following assistant item may merge into
         self.last_start = last_start
+        # Reasoning items are rendered in it (chat/reasoning.py): a `chain` policy drops them at the next user
+        # message, which then renders in full.
+        self.reasoning = False
 
 
 class Encoder:

@@ -2,7 +2,8 @@
 and text, consecutive assistant turns merged.
 
 Tool calls use the `<tool_call>` JSON convention in the prompt and in the model's answers (docs/models.md).
-Items without a slot in the template (web_search_call, …) are shown as text; reasoning is not replayed.
+Items without a slot in the template (web_search_call, …) are shown as text. Reasoning goes back only where the
+caller says from which item on (chat/reasoning.py), as the `<think>` block the model wrote before its answer.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from hotloop import sealing
 from hotloop.chat.format import Chat
 from hotloop.chat.media import describe_file, describe_image
+from hotloop.chat.reasoning import THINK_CLOSE, think_block
 from hotloop.chat.specs import ToolSpec, prompt_name
 from hotloop.wire.items import (
     Compaction,
@@ -102,7 +104,7 @@ def _arguments(raw: str) -> Any:
         return raw
 
 
-def _item_message(item: ContextItem, param: str) -> tuple[str, str] | None:
+def _item_message(item: ContextItem, param: str, think: bool) -> tuple[str, str] | None:
     if isinstance(item, Message):
         role = "system" if item.role == "developer" else item.role
         return role, _parts_text(item.content, param)
@@ -116,7 +118,8 @@ def _item_message(item: ContextItem, param: str) -> tuple[str, str] | None:
         output = item.output if isinstance(item.output, str) else _parts_text(item.output, param)
         return "tool", output
     if isinstance(item, Reasoning):
-        return None
+        block = think_block(item) if think else None
+        return ("assistant", block) if block is not None else None
     if isinstance(item, Compaction):
         return "user", compaction_text(item)
     if isinstance(item, OtherItem):
@@ -142,8 +145,11 @@ def system_message(instructions: str | None, tools: Iterable[ToolSpec]) -> Chat 
     return {"role": "system", "content": "\n\n".join(parts)} if parts else None
 
 
-def item_messages(items: Iterable[ContextItem], after: Chat | None = None) -> tuple[Chat | None, list[Chat]]:
-    """The template messages of `items`, consecutive assistant turns merged.
+def item_messages(
+    items: Iterable[ContextItem], after: Chat | None = None, think_from: int | None = None
+) -> tuple[Chat | None, list[Chat]]:
+    """The template messages of `items`, consecutive assistant turns merged; reasoning items from index
+    `think_from` on become `<think>` blocks (None: no reasoning is rendered).
 
     `after` is the message the items follow; when the first of them merges into it, the merged message comes
     back first and `after` is replaced (the incremental renderer then re-renders it). Returns (the replaced
@@ -151,12 +157,16 @@ def item_messages(items: Iterable[ContextItem], after: Chat | None = None) -> tu
     """
     messages: list[Chat] = [after] if after is not None else []
     for index, item in enumerate(items):
-        rendered = _item_message(item, f"input[{index}]")
+        think = think_from is not None and index >= think_from
+        rendered = _item_message(item, f"input[{index}]", think)
         if rendered is None:
             continue
         role, content = rendered
         if role == "assistant" and messages and messages[-1]["role"] == "assistant":
-            messages[-1] = {"role": "assistant", "content": messages[-1]["content"] + "\n" + content}
+            before = messages[-1]["content"]
+            # What a reasoning model writes: its answer two newlines after `</think>` (what the parser drops).
+            joint = "\n\n" if before.endswith(THINK_CLOSE) else "\n"
+            messages[-1] = {"role": "assistant", "content": before + joint + content}
         else:
             messages.append({"role": role, "content": content})
     if after is None:
@@ -166,7 +176,9 @@ def item_messages(items: Iterable[ContextItem], after: Chat | None = None) -> tu
     return after, messages
 
 
-def chat_messages(instructions: str | None, tools: Iterable[ToolSpec], items: Iterable[ContextItem]) -> list[Chat]:
+def chat_messages(
+    instructions: str | None, tools: Iterable[ToolSpec], items: Iterable[ContextItem], think_from: int | None = None
+) -> list[Chat]:
     """The template's `messages`: the system message first, then the items' messages."""
     system = system_message(instructions, tools)
-    return ([system] if system else []) + item_messages(items)[1]
+    return ([system] if system else []) + item_messages(items, think_from=think_from)[1]

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from itertools import chain
 from typing import NamedTuple
 
 from hotloop.chat.format import Chat, ChatFormat
 from hotloop.chat.incremental import PromptRenderer, Rendered, token_floor
 from hotloop.chat.messages import item_messages, system_message
+from hotloop.chat.reasoning import ReasoningPrompt, kept_any, last_user, replay_from
 from hotloop.chat.specs import ToolSpec
 from hotloop.errors import InvalidParam
 from hotloop.models import Model
@@ -66,22 +66,39 @@ async def render_prompt(
     state: Rendered | None = None
     if base is not None and base.rendered is not None and base.chat is fmt:
         rendered = base.rendered
-        if rendered.system == system:
-            replaced, messages = item_messages([*base.pending, *new_items], after=rendered.last)
+        batch = [*base.pending, *new_items]
+        think_from = _think_from(model.reasoning, batch)
+        # A `chain` policy forgets the reasoning already rendered once a user message starts a new chain.
+        dropped = rendered.reasoning and model.reasoning.replay == "chain" and last_user(batch) >= 0
+        if rendered.system == system and not dropped:
+            replaced, messages = item_messages(batch, after=rendered.last, think_from=think_from)
             kept = rendered.last_start if replaced is not None else rendered.length
             _check_floor(model, request, kept + token_floor(fmt, messages))
             result = await renderer.extend(fmt, rendered, replaced, messages)
             if result is not None:
                 prompt, state = result
+                state.reasoning = rendered.reasoning or _rendered_any(batch, think_from)
     if prompt is None:
-        history: Sequence[ContextItem] = base.context if base is not None else ()
-        messages = item_messages(chain(history, new_items))[1]
+        items = [*(base.context if base is not None else ()), *new_items]
+        think_from = _think_from(model.reasoning, items)
+        messages = item_messages(items, think_from=think_from)[1]
         _check_floor(model, request, token_floor(fmt, [system, *messages] if system else messages))
         prompt, state = await renderer.full(fmt, system, messages, source)
+        if state is not None:
+            state.reasoning = _rendered_any(items, think_from)
     if len(prompt) < model.context_window:
         return prompt, state
     items = [*(base.context if base else ()), *new_items]
     return await _truncated(renderer, model, request, system, items, len(prompt)), None
+
+
+def _think_from(reasoning: ReasoningPrompt, items: Sequence[ContextItem]) -> int | None:
+    """From which of `items` reasoning is rendered back (None: the model's prompts carry none)."""
+    return None if reasoning.form == "none" else replay_from(reasoning.replay, items)
+
+
+def _rendered_any(items: Sequence[ContextItem], think_from: int | None) -> bool:
+    return think_from is not None and kept_any(items, think_from)
 
 
 def _check_floor(model: Model, request: CreateRequest, floor: int) -> None:
@@ -111,7 +128,8 @@ async def _truncated(
         if request.truncation != "auto" or len(items) <= 1:
             raise _too_long(size, window)
         items = items[max(1, len(items) // 8) :]
-        prompt = await renderer.tokens(model.chat, ([system] if system else []) + item_messages(items)[1])
+        messages = item_messages(items, think_from=_think_from(model.reasoning, items))[1]
+        prompt = await renderer.tokens(model.chat, ([system] if system else []) + messages)
         size = len(prompt)
         if size < window:
             return prompt

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hotloop.backends.base import Delta, Finished, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from hotloop.backends.base import Delta, Finished
 from hotloop.backends.sim import SimFault
 from hotloop.ids import new_id
 from hotloop.simengine import requests as req
@@ -172,7 +172,8 @@ async def _prompt(engine: Engine, prompt: str | array[int]) -> tuple[Sequence[in
     else:
         tokens = await asyncio.to_thread(engine.chat.tokenizer.encode, prompt)
         specs, calls = req.tools_in_prompt(prompt)
-    return tokens, {"tools": specs, "tool_choice": "auto" if specs else "none", "calls_so_far": calls}
+    kwargs = {"tools": specs, "tool_choice": "auto" if specs else "none", "calls_so_far": calls, "cache_output": True}
+    return tokens, kwargs
 
 
 async def _run(
@@ -204,6 +205,5 @@ async def _collect(deltas: AsyncGenerator[Delta, None], chunks: Output) -> dict[
     async for delta in deltas:
         if isinstance(delta, Finished):
             return out.result(delta)
-        if isinstance(delta, TextDelta | ToolCallStart | ToolCallDelta | ToolCallEnd):
-            out.add(delta)
+        out.add(delta)
     raise SimFault("generation ended without a result")

@@ -32,6 +32,10 @@ class PrefixCache:
         self._remember(packed)
         return best
 
+    def remember(self, tokens: Sequence[int]) -> None:
+        """Keep `tokens` as a cached prefix (a prompt and what it generated)."""
+        self._remember(_pack(tokens))
+
     def _remember(self, packed: bytes) -> None:
         if self.entries == 0:
             return

@@ -15,6 +15,7 @@ from hotloop.backends.sim import FAULT_KEY, SimBackend, SimSettings
 from hotloop.chat.format import ChatFormat
 from hotloop.simengine.costs import PrefixCache, prefill_ms
 from hotloop.simengine.scan import PromptScans
+from hotloop.simengine.sse import HermesText
 
 
 class EngineSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,6 +73,9 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     cached_tokens: int = 0
     output_tokens: int = 0
     reasoning_chars: int = 0  # a chat request's reasoning sent back on its assistant messages
+    # A token-ID request: the ids of the text it generated plus the end-of-turn token, which the prefix cache keeps
+    # after its prompt (a continuation that replays the output exactly finds prompt + these cached).
+    output_ids: int = 0
 
 
 REQUEST_LOG_ENTRIES = 4096
@@ -130,10 +134,17 @@ class Engine:
         return self.script.popleft() if self.script else None
 
     async def generate(
-        self, tokens: Sequence[int], override: Override | None, thinking: bool = True, **request: Any
+        self,
+        tokens: Sequence[int],
+        override: Override | None,
+        thinking: bool = True,
+        cache_output: bool = False,
+        **request: Any,
     ) -> AsyncGenerator[Delta, None]:
         """The deltas of one generation; `Finished` carries the prompt size and the cached prefix. `thinking`
-        false: the request turned the model's reasoning off."""
+        false: the request turned the model's reasoning off. `cache_output` (token-ID APIs): the prefix cache
+        keeps the prompt followed by the generated text's ids, as vLLM's and SGLang's prefix caches keep the
+        blocks a request generated."""
         cached = self.cache.match(tokens)
         metadata = {"sim_ttft_ms": str(prefill_ms(len(tokens), cached, self.settings.prefill_us_per_token))}
         if not thinking:
@@ -153,8 +164,14 @@ class Engine:
         entry = current_record.get()
         if entry is not None:
             entry.prompt_tokens, entry.cached_tokens = len(tokens), cached
+        written = HermesText() if cache_output else None
+        text: list[str] = []
         async for delta in self.sim.generate(generation):
+            if written is not None:
+                text.append(written(delta))
             if isinstance(delta, Finished):
+                if written is not None:
+                    self._cache_output(tokens, "".join(text), entry)
                 self.stats.completion_tokens += delta.output_tokens
                 if entry is not None:
                     entry.output_tokens = delta.output_tokens
@@ -166,6 +183,12 @@ class Engine:
                     reasoning_tokens=delta.reasoning_tokens,
                 )
             yield delta
+
+    def _cache_output(self, prompt: Sequence[int], text: str, entry: RequestRecord | None) -> None:
+        output = [*self.chat.tokenizer.encode(text), *self.chat.eos_ids]
+        self.cache.remember([*prompt, *output])
+        if entry is not None:
+            entry.output_ids = len(output)
 
     async def counted(self, stream: AsyncGenerator[bytes, None], failed: Callable[[], bool]) -> AsyncIterator[bytes]:
         """A response stream, counted: one closed before its end (the client went away) is `cancelled`."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from hotloop.backends.base import Delta, ReasoningDelta
 from hotloop.backends.toolcalls.streaming import ToolParser
-
-OPEN, CLOSE = "<think>", "</think>"
+from hotloop.chat.reasoning import THINK_CLOSE as CLOSE
+from hotloop.chat.reasoning import THINK_OPEN as OPEN
 
 
 def _partial(text: str, tag: str) -> int:
