@@ -314,18 +314,37 @@ async def test_http_tool_loop(server: RunningServer, streamed: bool) -> None:
     assert responses_count(server, "websocket") == before_ws
 
 
-@pytest.mark.parametrize("store", [True, False], ids=["stored", "stateless"])
-async def test_http_tool_loop_with_a_reasoning_model(server: RunningServer, store: bool) -> None:
+@pytest.mark.parametrize(
+    ("transport", "store"), [("http", True), ("http", False), ("websocket", False)], ids=["stored", "stateless", "ws"]
+)
+async def test_tool_loop_with_a_reasoning_model(server: RunningServer, transport: str, store: bool) -> None:
     """The sim thinks before each call and the answer: the SDK gets a typed reasoning item and the reasoning tokens
-    each turn, keeps the items in its run, and runs the loop to its end, chained (stored) or resending (stateless,
-    its input then holds the reasoning items it got)."""
-    client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    each turn, keeps the items in its run, and runs the loop to its end, chained (stored), resending (stateless,
+    its input then holds the reasoning items it got) or over a WebSocket. The tool chain's reasoning reached the
+    model: the last turn's prompt counts as the conversation with its reasoning items, not without them."""
+    client = AsyncOpenAI(base_url=server.base_url, websocket_base_url=ws_base(server), api_key="unused", max_retries=0)
+    websocket = transport == "websocket"
+    provider = OpenAIProvider(openai_client=client, use_responses=True, use_responses_websocket=websocket)
     try:
         recorder = Recorder()
-        agent, _ = make_agent(recorder, model=OpenAIResponsesModel(model="hotloop-sim", openai_client=client))
+        agent, tools = make_agent(recorder, model="hotloop-sim")
         agent.model_settings = ModelSettings(metadata={"sim_reasoning_tokens": "5"}, store=store)
-        result, _ = await run_once(agent, None, False)
+        result, _ = await run_once(agent, RunConfig(model_provider=provider), False)
+        last = result.raw_responses[-1]
+        history = result.to_input_list()[: -len(last.output)]  # what the last turn read
+        assert any(item.get("type") == "reasoning" for item in history)
+        offered: list[Any] = [
+            {"type": "function", "name": t.name, "description": t.description, "parameters": t.params_json_schema}
+            for t in tools
+        ]
+        counts = []
+        for items in (history, [item for item in history if item.get("type") != "reasoning"]):
+            counted = await client.responses.input_tokens.count(
+                model="hotloop-sim", input=cast(Any, items), tools=offered, instructions=agent.instructions
+            )
+            counts.append(counted.input_tokens)
     finally:
+        await provider.aclose()
         await client.close()
     assert len(result.raw_responses) == DEFAULT_K + 1
     assert len(recorder.calls) == DEFAULT_K
@@ -334,3 +353,4 @@ async def test_http_tool_loop_with_a_reasoning_model(server: RunningServer, stor
         assert response.usage is not None and response.usage.output_tokens_details.reasoning_tokens == 5
     reasoning = [item for item in result.new_items if type(item).__name__ == "ReasoningItem"]
     assert len(reasoning) == DEFAULT_K + 1
+    assert last.usage is not None and last.usage.input_tokens == counts[0] > counts[1]

@@ -49,6 +49,22 @@ def test_agent_loop_all_modes(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert all(mode in table for mode in MODES) and "e2e/limit" in table
 
 
+def test_agent_loop_with_a_reasoning_model(tmp_path: Path) -> None:
+    """The thinking is model time (it is in `output_tokens`), and the prompts are the same whether the history is
+    resent or chained: its reasoning items render into them alike."""
+    out = tmp_path / "loop.json"
+    argv = ["bench", "agent-loop", "--turns", "3", "--context-tokens", "3000", "--tps", "1000", "--ttft-ms", "2"]
+    argv += ["--tool-ms", "1", "--runs", "1", "--modes", ",".join(MODES), "--reasoning-tokens", "20", "--quiet"]
+    assert main([*argv, "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    contexts = {}
+    for mode in MODES:
+        turns = result["modes"][mode]["runs"][0]["turns"]
+        assert all(t["output_tokens"] > 20 and t["model_ms"] >= 2 + 20 for t in turns), turns
+        contexts[mode] = [t["context_tokens"] for t in turns]
+    assert contexts["http-full"] == contexts["http-chain"] == contexts["ws"]
+
+
 def test_overhead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, plot = tmp_path / "overhead.json", tmp_path / "overhead.png"
     argv = ["bench", "overhead", "--context-tokens", "500,3000", "--samples", "3", "--quiet"]

@@ -77,6 +77,17 @@ def test_a_reasoning_tool_loop_over_websocket_and_the_sdk(server: RunningServer)
             ws.turn(model=SIM, input=[output], previous_response_id=first["id"], tools=[weather], metadata=meta)
         )
         assert [item["type"] for item in second["output"]] == ["reasoning", "message"]
+    # The chain's reasoning reached the model: the second prompt counts as the conversation with it, not without.
+    history = [{"role": "user", "content": "Weather?"}, *first["output"], output]
+    with server.http() as http:
+
+        def count(items: list[Any]) -> int:
+            body = {"model": SIM, "input": items, "tools": [weather]}
+            tokens: int = http.post("/responses/input_tokens", json=body).json()["input_tokens"]
+            return tokens
+
+        without = count([item for item in history if item.get("type") != "reasoning"])
+        assert second["usage"]["input_tokens"] == count(history) > without
     # openai-python types the events it knows: the reasoning text's deltas arrive as typed events.
     stream = server.client().responses.create(model=SIM, input="hi", metadata=THINK, store=False, stream=True)
     typed = {type(event).__name__ for event in stream}

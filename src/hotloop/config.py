@@ -41,8 +41,9 @@ class Upstream(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     tokenizer: str = ""  # a tokenizer.json or a model directory; empty: SmolLM2's
     chat_template: str = ""  # a Jinja file; empty: the tokenizer's directory's (tokenizer_config.json)
     tool_parser: Literal["hermes", "json", "none"] = "hermes"
-    # `tokens`: the model's reasoning in its output: `<think>…</think>` (Qwen3, DeepSeek-R1, GLM), or none.
-    reasoning_parser: Literal["think", "none"] = "none"
+    # `tokens`: the model's reasoning in its output: `<think>…</think>` (Qwen3, DeepSeek-R1, GLM), gpt-oss's
+    # harmony channels (which carry its tool calls too, and make hotloop render the prompt in harmony), or none.
+    reasoning_parser: Literal["think", "harmony", "none"] = "none"
     sglang_incremental_output: bool = False  # the SGLang server runs with --incremental-streaming-output
     # Replica routing: a replica with this many requests in flight is saturated (0: no cap); this many failures
     # in a row mark it down for down_cooldown_s.

@@ -142,6 +142,12 @@ def _check_upstream(name: str, upstream: Upstream) -> None:
             raise ValueError(f"upstreams.{name}.{field} must be positive")
     if upstream.retries < 0:
         raise ValueError(f"upstreams.{name}.retries must be 0 or more")
+    if upstream.reasoning_parser == "harmony" and (upstream.backend != "tokens" or upstream.dialect == "llamacpp"):
+        # llama.cpp's /completion leaves special tokens out of its text: its chat API parses harmony itself.
+        raise ValueError(
+            f"upstreams.{name}.reasoning_parser: harmony needs backend tokens with dialect vllm or sglang "
+            "(for llama.cpp's server use backend openai-chat)"
+        )
     if upstream.replica_max_in_flight < 0 or upstream.down_cooldown_s < 0:
         raise ValueError(f"upstreams.{name}: replica_max_in_flight and down_cooldown_s must be 0 or more")
 

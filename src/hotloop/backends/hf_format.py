@@ -13,26 +13,36 @@ from typing import Any
 
 from hotloop.backends.rust_tokenizer import RustTokenizer
 from hotloop.chat.format import ChatFormat
+from hotloop.chat.harmony import HARMONY_TEMPLATE
+from hotloop.chat.harmony import START as HARMONY_START
 from hotloop.chat.specs import Tokenizer
 from hotloop.config import Upstream
 
 
 def load_chat_format(name: str, upstream: Upstream) -> ChatFormat:
-    """The upstream's ChatFormat; raises `ValueError` naming the missing file."""
+    """The upstream's ChatFormat; raises `ValueError` naming the missing file. A harmony model (gpt-oss) is
+    rendered by hotloop's harmony template (chat/harmony.py) with the model's tokenizer: its own template is not
+    read."""
+    harmony = upstream.reasoning_parser == "harmony"
+    if harmony and upstream.chat_template:
+        raise ValueError(f"upstreams.{name}.chat_template: a harmony model is rendered by hotloop (leave it empty)")
     if not upstream.tokenizer:
         if upstream.chat_template:
             raise ValueError(f"upstreams.{name}: chat_template needs a tokenizer")
         from hotloop.backends.gguf import smollm2_chat_format
 
-        return smollm2_chat_format()
+        smollm2 = smollm2_chat_format()
+        return ChatFormat(HARMONY_TEMPLATE, smollm2.tokenizer, boundaries=(HARMONY_START,)) if harmony else smollm2
     path = Path(upstream.tokenizer).expanduser()
     folder = path if path.is_dir() else path.parent
     file = folder / "tokenizer.json" if path.is_dir() else path
     if not file.is_file():
         raise ValueError(f"upstreams.{name}.tokenizer: no tokenizer.json at {file}")
+    tokenizer: Tokenizer = RustTokenizer.from_file(file)
+    if harmony:
+        return ChatFormat(HARMONY_TEMPLATE, tokenizer, boundaries=(HARMONY_START,))
     config = _read_json(folder / "tokenizer_config.json")
     template = _template(name, upstream, folder, config)
-    tokenizer: Tokenizer = RustTokenizer.from_file(file)
     return ChatFormat(template, tokenizer, bos_token=_token(config, "bos_token"), eos_token=_token(config, "eos_token"))
 
 

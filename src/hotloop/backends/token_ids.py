@@ -26,7 +26,9 @@ import msgspec
 from hotloop.backends.base import BackendError, Delta, Finished, GenerationRequest
 from hotloop.backends.llama import output_schema
 from hotloop.backends.prompt_json import PromptJSON
+from hotloop.backends.toolcalls.harmony import HarmonyParser
 from hotloop.backends.toolcalls.streaming import ToolParser, make_parser
+from hotloop.backends.toolcalls.text import ToolCalls
 from hotloop.backends.toolcalls.thinking import OPEN, ThinkParser
 from hotloop.backends.upstream import Retryable, UpstreamBackend, engine_ms, mid_stream_error
 from hotloop.chat.format import ChatFormat
@@ -48,11 +50,15 @@ class TokensBackend(UpstreamBackend):
 
     def body(self, request: GenerationRequest) -> dict[str, Any]:
         ids = self.prompts.encode(request.prompt_tokens, request.response_id, request.previous_response_id)
-        return request_body(self.upstream.dialect, self.model, request, self.upstream.context_window, ids)
+        upstream = self.upstream
+        keep_special = upstream.reasoning_parser == "harmony"  # its channels are special tokens
+        return request_body(upstream.dialect, self.model, request, upstream.context_window, ids, keep_special)
 
     def reader(self, request: GenerationRequest) -> _Reader:
         parser: ToolParser = make_parser(self.upstream.tool_parser, request.tools, request.parallel_tool_calls)
-        if self.upstream.reasoning_parser == "think":
+        if self.upstream.reasoning_parser == "harmony":  # the channels carry the calls too
+            parser = HarmonyParser(ToolCalls(request.tools, request.parallel_tool_calls))
+        elif self.upstream.reasoning_parser == "think":
             parser = ThinkParser(parser, open_in_prompt=self._opens_think)
         if self.upstream.dialect == "sglang":
             return _SGLangReader(parser, len(request.prompt_tokens), self.upstream.sglang_incremental_output)
@@ -64,10 +70,15 @@ class TokensBackend(UpstreamBackend):
 
 
 def request_body(
-    dialect: str, model: str, request: GenerationRequest, context_window: int, ids: msgspec.Raw | None = None
+    dialect: str,
+    model: str,
+    request: GenerationRequest,
+    context_window: int,
+    ids: msgspec.Raw | None = None,
+    keep_special: bool = False,
 ) -> dict[str, Any]:
     """The engine's request: the prompt's ids (`ids`: already as JSON), the output budget, sampling and an output
-    schema if any."""
+    schema if any; `keep_special`: the special tokens stay in the generated text (harmony's markers)."""
     prompt: msgspec.Raw | list[int] = ids if ids is not None else list(request.prompt_tokens)
     # SGLang refuses prompt + max_new_tokens >= its context length; vLLM and llama.cpp take the whole window.
     room = context_window - len(request.prompt_tokens) - (1 if dialect == "sglang" else 0)
@@ -79,6 +90,9 @@ def request_body(
         "frequency_penalty": request.frequency_penalty,
     }
     schema = output_schema(request)  # a forced call or a JSON text format: constrained decoding
+    if keep_special:  # vLLM and SGLang both take these; vLLM would otherwise put spaces around special tokens
+        sampling["skip_special_tokens"] = False
+        sampling["spaces_between_special_tokens"] = False
     if dialect == "sglang":
         sampling["max_new_tokens"] = budget
         if schema is not None:

@@ -22,6 +22,9 @@ class AgentLoopConfig:
     tps: float
     tool_ms: float
     ttft_ms: float = 20.0
+    # A reasoning model: tokens of thinking before each call and the answer (hotloop-sim), model time like any
+    # output token; its reasoning items are rendered back into the tool chain's prompts.
+    reasoning_tokens: int = 0
     modes: tuple[str, ...] = ("http-full", "http-chain", "ws")
     runs: int = 1
     warmup: bool = True
@@ -83,6 +86,8 @@ def request_fields(config: AgentLoopConfig) -> dict[str, Any]:
         "parallel_tool_calls": False,
         "metadata": sim_metadata(config.ttft_ms, config.tps, config.turns - 1),
     }
+    if config.reasoning_tokens:
+        fields["metadata"]["sim_reasoning_tokens"] = str(config.reasoning_tokens)
     if config.temperature is not None:
         fields["temperature"] = config.temperature
     if config.max_output_tokens is not None:

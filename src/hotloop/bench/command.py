@@ -118,6 +118,12 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     loop.add_argument("--tps", type=_positive(float), default=1000.0, help="simulated output tokens per second")
     loop.add_argument("--ttft-ms", type=_non_negative, default=20.0, help="simulated time to first token (ms)")
     loop.add_argument("--tool-ms", type=_non_negative, default=50.0, help="time each tool call takes (ms)")
+    loop.add_argument(
+        "--reasoning-tokens",
+        type=int,
+        default=0,
+        help="a reasoning model: tokens of thinking before each call and the answer (model time, in output_tokens)",
+    )
     loop.add_argument("--runs", type=_positive(int), default=3, help="rollouts per mode (medians are reported)")
     _upstream_arguments(loop)
     _common(loop)
@@ -289,6 +295,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 tps=args.tps,
                 tool_ms=args.tool_ms,
                 ttft_ms=args.ttft_ms,
+                reasoning_tokens=args.reasoning_tokens,
                 modes=args.modes,
                 runs=args.runs,
                 **_upstream_config(args),

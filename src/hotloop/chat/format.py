@@ -19,7 +19,15 @@ Chat = dict[str, str]  # one template message: {"role", "content"}
 class ChatFormat:
     """A chat template (Jinja, as shipped in the model's GGUF) plus the tokenizer that goes with it."""
 
-    def __init__(self, template: str, tokenizer: Tokenizer, bos_token: str = "", eos_token: str = "") -> None:
+    def __init__(
+        self,
+        template: str,
+        tokenizer: Tokenizer,
+        bos_token: str = "",
+        eos_token: str = "",
+        boundaries: Sequence[str] = (),
+    ) -> None:
+        """`boundaries`: further special tokens a message starts with (harmony's `<|start|>`)."""
         env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         self._template = env.from_string(template)
         self.tokenizer = tokenizer
@@ -29,7 +37,7 @@ class ChatFormat:
         # The end-of-turn token an engine generates last (it stays in the engine's cache before the next message).
         self.eos_ids = tokenizer.encode(eos_token) if eos_token else []
         self.boundary_ids = frozenset(
-            ids[0] for ids in (tokenizer.encode(t) for t in (bos_token, eos_token) if t) if len(ids) == 1
+            ids[0] for ids in (tokenizer.encode(t) for t in (bos_token, eos_token, *boundaries) if t) if len(ids) == 1
         )
         probe = [{"role": "user", "content": "probe"}]
         with_prompt = self.render_text(probe, add_generation_prompt=True)
@@ -41,6 +49,15 @@ class ChatFormat:
         # role → (text before, text after) a message's content, where the template provably renders a message
         # after the first as that plain concatenation (`learn_wrappers`); segments then skip Jinja.
         self.wrappers: dict[str, tuple[str, str]] = {}
+
+    @property
+    def template(self) -> str:
+        return self._source
+
+    @property
+    def special_tokens(self) -> dict[str, str]:
+        """`bos_token` and `eos_token`, as the template reads them."""
+        return dict(self._special)
 
     def render_text(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         try:

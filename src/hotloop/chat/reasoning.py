@@ -4,8 +4,9 @@
 progress (after the last user message) and drops older reasoning, as the Qwen3 and gpt-oss templates do; `all`
 keeps every one; `none` drops them (DeepSeek's API refuses reasoning in history). `form` is how the model writes
 its reasoning in its output, so that a prompt rendered by hotloop repeats the generated text exactly and the
-engine's prefix cache covers it: `think` is `<think>…</think>` before the answer (Qwen3, DeepSeek-R1, GLM); `none`
-(a model that does not reason) renders no reasoning at all.
+engine's prefix cache covers it: `think` is `<think>…</think>` before the answer (Qwen3, DeepSeek-R1, GLM);
+`harmony` is gpt-oss's analysis channel (chat/harmony.py); `none` (a model that does not reason) renders no
+reasoning at all.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ ReplayPolicy = Literal["chain", "all", "none"]
 class ReasoningPrompt(msgspec.Struct, frozen=True):
     """How a model's prompt carries reasoning items (a `tokens` upstream: `reasoning_parser`, `reasoning_replay`)."""
 
-    form: Literal["think", "none"] = "none"
+    form: Literal["think", "harmony", "none"] = "none"
     replay: ReplayPolicy = "chain"
 
 

@@ -12,6 +12,7 @@ from array import array
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from hotloop.chat import harmony as harmony_chat
 from hotloop.chat.format import Chat, ChatFormat
 from hotloop.chat.incremental import PromptRenderer, Rendered, token_floor
 from hotloop.chat.messages import item_messages, system_message
@@ -57,10 +58,12 @@ async def render_prompt(
     # Every declared tool is in the prompt whatever `tool_choice` says (`none`, `allowed_tools`): as with OpenAI and
     # vLLM, the choice limits what may be called, not what the model reads, so a turn that changes it shares the
     # chain's prefix and the engine's prefix cache still hits.
-    source = (request.instructions, tuple(tools))
+    harmony = model.reasoning.form == "harmony"  # gpt-oss: the effort is in its system message
+    effort = (request.reasoning or {}).get("effort") if harmony else None
+    source = (request.instructions, tuple(tools), effort)
     reusable = base.rendered if base is not None else None
     # The tool list is rendered once per chain: again only when instructions or offered tools change.
-    system = reusable.system if reusable is not None and reusable.source == source else system_message(*source)
+    system = reusable.system if reusable is not None and reusable.source == source else _system(model, source)
     fmt = model.chat
     prompt: array[int] | None = None
     state: Rendered | None = None
@@ -71,7 +74,7 @@ async def render_prompt(
         # A `chain` policy forgets the reasoning already rendered once a user message starts a new chain.
         dropped = rendered.reasoning and model.reasoning.replay == "chain" and last_user(batch) >= 0
         if rendered.system == system and not dropped:
-            replaced, messages = item_messages(batch, after=rendered.last, think_from=think_from)
+            replaced, messages = _messages(model, batch, rendered.last, think_from, base.context)
             kept = rendered.last_start if replaced is not None else rendered.length
             _check_floor(model, request, kept + token_floor(fmt, messages))
             result = await renderer.extend(fmt, rendered, replaced, messages)
@@ -81,7 +84,7 @@ async def render_prompt(
     if prompt is None:
         items = [*(base.context if base is not None else ()), *new_items]
         think_from = _think_from(model.reasoning, items)
-        messages = item_messages(items, think_from=think_from)[1]
+        messages = _messages(model, items, None, think_from)[1]
         _check_floor(model, request, token_floor(fmt, [system, *messages] if system else messages))
         prompt, state = await renderer.full(fmt, system, messages, source)
         if state is not None:
@@ -90,6 +93,25 @@ async def render_prompt(
         return prompt, state
     items = [*(base.context if base else ()), *new_items]
     return await _truncated(renderer, model, request, system, items, len(prompt)), None
+
+
+def _system(model: Model, source: tuple[str | None, tuple[ToolSpec, ...], str | None]) -> Chat | None:
+    if model.reasoning.form == "harmony":
+        return harmony_chat.system_message(*source)
+    return system_message(source[0], source[1])
+
+
+def _messages(
+    model: Model,
+    items: Sequence[ContextItem],
+    after: Chat | None,
+    think_from: int | None,
+    history: Sequence[ContextItem] = (),
+) -> tuple[Chat | None, list[Chat]]:
+    """The template messages of `items` in the model's format; `history`: the items before them."""
+    if model.reasoning.form == "harmony":
+        return harmony_chat.item_messages(items, after, think_from, history)
+    return item_messages(items, after, think_from)
 
 
 def _think_from(reasoning: ReasoningPrompt, items: Sequence[ContextItem]) -> int | None:
@@ -128,7 +150,7 @@ async def _truncated(
         if request.truncation != "auto" or len(items) <= 1:
             raise _too_long(size, window)
         items = items[max(1, len(items) // 8) :]
-        messages = item_messages(items, think_from=_think_from(model.reasoning, items))[1]
+        messages = _messages(model, items, None, _think_from(model.reasoning, items))[1]
         prompt = await renderer.tokens(model.chat, ([system] if system else []) + messages)
         size = len(prompt)
         if size < window:

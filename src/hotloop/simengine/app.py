@@ -66,7 +66,7 @@ def build_app(engine: Engine) -> Starlette:
         tokens, kwargs = await _prompt(engine, req.single_prompt(body.prompt))
         kwargs["max_output_tokens"] = body.max_tokens
         req.constrain(kwargs, req.schema_of(body))
-        chunks = CompletionChunks(new_id("cmpl"), body.model or engine.settings.model)
+        chunks = CompletionChunks(new_id("cmpl"), body.model or engine.settings.model, engine.writer())
         return await _run(engine, request, body, tokens, kwargs, chunks)
 
     async def generate(request: Request) -> Response:
@@ -77,14 +77,16 @@ def build_app(engine: Engine) -> Starlette:
         tokens, kwargs = await _prompt(engine, req.single_prompt(raw or ""))
         kwargs["max_output_tokens"] = body.sampling_params.max_new_tokens
         req.constrain(kwargs, req.schema_of(body))
-        return await _run(engine, request, body, tokens, kwargs, GenerateChunks(new_id("gen"), len(tokens)))
+        return await _run(
+            engine, request, body, tokens, kwargs, GenerateChunks(new_id("gen"), len(tokens), engine.writer())
+        )
 
     async def completion(request: Request) -> Response:
         body: req.LlamaCppBody = req.decode(await request.body(), req.LlamaCppBody)
         tokens, kwargs = await _prompt(engine, req.single_prompt(body.prompt))
         kwargs["max_output_tokens"] = body.n_predict if body.n_predict >= 0 else None
         req.constrain(kwargs, req.schema_of(body))
-        return await _run(engine, request, body, tokens, kwargs, LlamaCppChunks())
+        return await _run(engine, request, body, tokens, kwargs, LlamaCppChunks(text=engine.writer()))
 
     async def responses(request: Request) -> Response:
         return await create_response(engine, request)

@@ -49,18 +49,34 @@ def add_sim_engine_parser(sub: argparse._SubParsersAction[argparse.ArgumentParse
         default=defaults.reasoning_field,
         help="the chat chunk's field the thinking streams in",
     )
+    parser.add_argument(
+        "--output-format",
+        choices=("hermes", "harmony"),
+        default=defaults.output_format,
+        help="a completion prompt's output: <tool_call> blocks and <think> (hermes), or gpt-oss's harmony channels",
+    )
+    parser.add_argument(
+        "--tokenizer", default=defaults.tokenizer, help="a tokenizer.json to use instead of SmolLM2's (its own ids)"
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
 
 
 def run_sim_engine(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     import uvicorn
 
     from hotloop.backends.gguf import smollm2_chat_format
+    from hotloop.backends.rust_tokenizer import RustTokenizer
+    from hotloop.chat.format import ChatFormat
     from hotloop.simengine.app import build_app
     from hotloop.simengine.engine import Engine
 
     # Each setting has its flag (`--prefill-us-per-token` → prefill_us_per_token), so the fields name the flags.
     settings = EngineSettings(**{name: getattr(args, name) for name in EngineSettings.__struct_fields__})
-    app = build_app(Engine(settings, smollm2_chat_format()))
+    chat = smollm2_chat_format()
+    if settings.tokenizer:  # SmolLM2's template (chat requests), the model's own ids
+        chat = ChatFormat(chat.template, RustTokenizer.from_file(Path(settings.tokenizer)), **chat.special_tokens)
+    app = build_app(Engine(settings, chat))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0

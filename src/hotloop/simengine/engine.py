@@ -15,7 +15,7 @@ from hotloop.backends.sim import FAULT_KEY, SimBackend, SimSettings
 from hotloop.chat.format import ChatFormat
 from hotloop.simengine.costs import PrefixCache, prefill_ms
 from hotloop.simengine.scan import PromptScans
-from hotloop.simengine.sse import HermesText
+from hotloop.simengine.writers import TextWriter, writer
 
 
 class EngineSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -31,6 +31,10 @@ class EngineSettings(msgspec.Struct, frozen=True, kw_only=True):
     # (vLLM, SGLang, llama.cpp's server: `reasoning_content`; newer vLLM and Ollama: `reasoning`).
     reasoning_tokens: int = 0
     reasoning_field: str = "reasoning_content"
+    # How a completion prompt's output is written: Hermes-style `<tool_call>` blocks (and `<think>`), or gpt-oss's
+    # harmony channels. `tokenizer`: a tokenizer.json to use instead of SmolLM2's (the model's own ids).
+    output_format: str = "hermes"
+    tokenizer: str = ""
 
 
 class Override(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -164,7 +168,7 @@ class Engine:
         entry = current_record.get()
         if entry is not None:
             entry.prompt_tokens, entry.cached_tokens = len(tokens), cached
-        written = HermesText() if cache_output else None
+        written = self.writer() if cache_output else None
         text: list[str] = []
         async for delta in self.sim.generate(generation):
             if written is not None:
@@ -184,8 +188,13 @@ class Engine:
                 )
             yield delta
 
+    def writer(self) -> TextWriter:
+        return writer(self.settings.output_format)
+
     def _cache_output(self, prompt: Sequence[int], text: str, entry: RequestRecord | None) -> None:
-        output = [*self.chat.tokenizer.encode(text), *self.chat.eos_ids]
+        # Harmony's output ends with its own end token (`<|call|>`, `<|return|>`) in the text.
+        end = [] if self.settings.output_format == "harmony" else self.chat.eos_ids
+        output = [*self.chat.tokenizer.encode(text), *end]
         self.cache.remember([*prompt, *output])
         if entry is not None:
             entry.output_ids = len(output)

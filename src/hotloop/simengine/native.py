@@ -7,19 +7,19 @@ import time
 from typing import Any
 
 from hotloop.backends.base import Delta, Finished
-from hotloop.simengine.sse import HermesText
+from hotloop.simengine.writers import HermesText, TextWriter
 
 
 class GenerateChunks:
     """SGLang: each chunk has the whole text so far and `meta_info` (counts; `finish_reason` on the last)."""
 
-    def __init__(self, id: str, prompt_tokens: int) -> None:
+    def __init__(self, id: str, prompt_tokens: int, text: TextWriter | None = None) -> None:
         self.id = id
         self.prompt_tokens = prompt_tokens
         self.failed = False
         self.done_marker = True
         self.error_field = b"data"
-        self._text = HermesText()
+        self._text = text or HermesText()
         self.text = ""
         self.pieces = 0
 
@@ -61,12 +61,12 @@ class GenerateChunks:
 class LlamaCppChunks:
     """llama.cpp: `content` pieces, then a `stop: true` chunk with the counts and `timings`; no `[DONE]`."""
 
-    def __init__(self, id_slot: int = 0) -> None:
+    def __init__(self, id_slot: int = 0, text: TextWriter | None = None) -> None:
         self.id_slot = id_slot
         self.failed = False
         self.done_marker = False
         self.error_field = b"error"  # llama.cpp's server: `error: {…}`
-        self._text = HermesText()
+        self._text = text or HermesText()
         self.text: list[str] = []
         self.started = time.perf_counter()  # the engine's clock, as llama.cpp's `timings` measure it
         self.first: float | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from array import array
 from typing import Any, Literal
 
@@ -105,9 +106,16 @@ class LlamaCppBody(msgspec.Struct):
     stream_options: StreamOptions | None = None
 
 
+def calls_in(text: str) -> int:
+    """Tool calls written in prompt text: `<tool_call>` blocks, or harmony calls (each ends with `<|call|>`)."""
+    return text.count("<tool_call>") + text.count("<|call|>")
+
+
 def tools_in_prompt(text: str) -> tuple[list[ToolSpec], int]:
-    """The tools a rendered prompt offers (hotloop's `<tools>` section, one JSON object per line) and the
-    `<tool_call>` blocks after it: what a model reading the token ids would see."""
+    """The tools a rendered prompt offers (hotloop's `<tools>` section, one JSON object per line, or a harmony
+    prompt's `functions` namespace) and the calls after it: what a model reading the token ids would see."""
+    if HARMONY_TOOLS in text:
+        return _harmony_tools(text)
     start, end = text.find("<tools>\n"), text.find("\n</tools>")
     if start < 0 or end < start:
         return [], 0
@@ -122,6 +130,45 @@ def tools_in_prompt(text: str) -> tuple[list[ToolSpec], int]:
             specs.append(ToolSpec(entry["name"], kind, entry.get("description"), entry.get("parameters")))
     calls = max(0, text.count("<tool_call>", end) - 1)  # the tool prompt's own example is one
     return specs, calls
+
+
+HARMONY_TOOLS, HARMONY_TOOLS_END = "namespace functions {", "} // namespace functions"
+_TS_TYPE = re.compile(r"^type (\S+) = \((.*)$")
+_TS_FIELD = re.compile(r"^(\w+)(\??): ([^,]+),")
+_TS_TYPES = {"number": "number", "boolean": "boolean"}
+
+
+def _harmony_tools(text: str) -> tuple[list[ToolSpec], int]:
+    """The tools of a harmony developer message (chat/harmony.py writes them as TypeScript) and the calls after."""
+    start = text.find(HARMONY_TOOLS)
+    end = text.find(HARMONY_TOOLS_END, start)
+    specs: list[ToolSpec] = []
+    description: str | None = None
+    fields: dict[str, Any] | None = None
+    for line in text[start + len(HARMONY_TOOLS) : end].splitlines():
+        if fields is not None:  # inside a tool's parameter object
+            field = _TS_FIELD.match(line)
+            if field is not None:
+                fields["properties"][field.group(1)] = {"type": _TS_TYPES.get(field.group(3).strip(), "string")}
+                if not field.group(2):
+                    fields["required"].append(field.group(1))
+            elif line.startswith("})"):
+                fields = None
+            continue
+        if line.startswith("// "):
+            description = line[3:]
+            continue
+        head = _TS_TYPE.match(line)
+        if head is None:
+            continue
+        name, rest = head.groups()
+        kind: Literal["function", "custom"] = "custom" if rest.startswith("_: string)") else "function"
+        parameters = None
+        if rest.startswith("_: {"):
+            parameters = fields = {"type": "object", "properties": {}, "required": []}
+        specs.append(ToolSpec(name, kind, description, parameters))
+        description = None
+    return specs, text.count("<|call|>", max(end, 0))
 
 
 def decode(body: bytes, kind: type[Any]) -> Any:

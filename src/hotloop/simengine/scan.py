@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from hotloop.chat.specs import ToolSpec
-from hotloop.simengine.requests import tools_in_prompt
+from hotloop.simengine.requests import calls_in, tools_in_prompt
 
 _TOKEN = array("i").itemsize
 Found = tuple[list[ToolSpec], int]  # offered tools, calls so far
@@ -38,7 +38,7 @@ class PromptScans:
             found = tools_in_prompt(self._decode(_ids(tokens)))
         elif found[0]:  # past the system message only new calls can appear (and no tools when it offered none)
             rest = self._decode(_ids(tokens[len(prefix) // _TOKEN :]))
-            found = (found[0], found[1] + rest.count("<tool_call>"))
+            found = (found[0], found[1] + calls_in(rest))
         with self._lock:
             self._seen[packed] = found
             self._seen.move_to_end(packed)

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
 import msgspec
 
-from hotloop.backends.base import Delta, Finished, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
+from hotloop.backends.base import Delta, Finished, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStart
 from hotloop.backends.sim import SimFault
 from hotloop.ids import new_id
+from hotloop.simengine.writers import TextWriter, writer
 
 _encode = msgspec.json.encode
 
@@ -42,38 +42,6 @@ class Output(Protocol):
 class Collector(Protocol):
     def add(self, delta: Delta) -> None: ...
     def result(self, finished: Finished) -> dict[str, Any]: ...
-
-
-class HermesText:
-    """Deltas as generated text, tool calls as `<tool_call>` blocks, reasoning in a `<think>` block: what a
-    Hermes-style reasoning model (Qwen3) writes."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.custom = False  # the open call is a custom tool's: its raw text pieces go in a JSON string
-        self.thinking = False
-
-    def __call__(self, delta: Delta) -> str:
-        if isinstance(delta, ReasoningDelta):
-            head = "" if self.thinking else "<think>"
-            self.thinking = True
-            return head + delta.text
-        if self.thinking and not isinstance(delta, Finished):
-            self.thinking = False
-            return "</think>\n\n" + self(delta)
-        if isinstance(delta, TextDelta):
-            return delta.text
-        if isinstance(delta, ToolCallStart):
-            name = delta.name if delta.namespace is None else f"{delta.namespace}.{delta.name}"
-            self.custom = delta.kind == "custom"
-            head = ("\n" if self.calls else "") + '<tool_call>\n{"name": ' + json.dumps(name)
-            self.calls += 1
-            return head + (', "input": "' if self.custom else ', "arguments": ')
-        if isinstance(delta, ToolCallDelta):
-            return json.dumps(delta.text)[1:-1] if self.custom else delta.text
-        if isinstance(delta, ToolCallEnd):
-            return ('"' if self.custom else "") + "}\n</tool_call>"
-        return ""
 
 
 class _Chunks:
@@ -171,10 +139,10 @@ class CompletionChunks(_Chunks):
 
     object = "text_completion"
 
-    def __init__(self, id: str, model: str) -> None:
+    def __init__(self, id: str, model: str, text: TextWriter | None = None) -> None:
         super().__init__(id, model)
         self.text: list[str] = []
-        self._text = HermesText()
+        self._text = text or writer("hermes")
 
     def _choice(self, text: str, finish: str | None) -> dict[str, Any]:
         return self._envelope([{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}])
