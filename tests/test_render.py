@@ -186,7 +186,7 @@ def test_developer_and_system_roles() -> None:
     ]
 
 
-def test_reasoning_is_not_replayed_and_unknown_items_are_text() -> None:
+def test_reasoning_is_left_out_unless_asked_for_and_unknown_items_are_text() -> None:
     messages = chat_messages(
         None,
         [],
