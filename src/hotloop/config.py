@@ -93,6 +93,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     sim_parallel_calls: int = 1
     sim_seed: int = 0
     sim_reasoning_tokens: int = 0
+    sim_context_window: int = 131_072
     llama_threads: int = 0
     llama_n_ctx: int = 8192
     llama_kv_cache_bytes: int = 256 * MiB
@@ -175,6 +176,8 @@ HELP: dict[str, str] = {
     "sim_tool_calls": "hotloop-sim: K, the function calls it makes in a conversation before answering.",
     "sim_parallel_calls": "hotloop-sim: calls per response when parallel_tool_calls is true.",
     "sim_seed": "hotloop-sim: seed; same seed and input give the same output.",
+    "sim_context_window": "hotloop-sim: its context window in tokens (a longer prompt is refused, or truncated or "
+    "compacted when the request asks).",
     "sim_reasoning_tokens": "hotloop-sim: a reasoning model's thinking, in tokens, before each answer or call "
     "(0: none); streamed as a reasoning item.",
     "llama_threads": "smollm2-135m: CPU threads for llama.cpp (0: all cores).",

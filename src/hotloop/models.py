@@ -116,7 +116,8 @@ def build_registry(settings: Settings) -> ModelRegistry:
         )
         # hotloop-sim thinks as a `<think>` model does: its reasoning goes back into the prompt it renders.
         thinker = ReasoningPrompt(form="think")
-        models[SIM] = Model(SIM, SimBackend(sim), chat, context_window=131_072, reasoning=thinker)
+        window = settings.sim_context_window
+        models[SIM] = Model(SIM, SimBackend(sim), chat, context_window=window, reasoning=thinker)
     if SMOLLM2 in settings.models:
         from hotloop.backends.llama import LlamaBackend
 

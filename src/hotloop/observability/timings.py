@@ -7,7 +7,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 # The stages of a turn, in pipeline order (docs/metrics.md).
-STAGES = ("validate", "resolve", "safety", "render", "pre_inference", "ttft", "generate", "post_inference")
+STAGES = (
+    "validate",
+    "resolve",
+    "safety",
+    "render",
+    "compact",
+    "pre_inference",
+    "ttft",
+    "generate",
+    "post_inference",
+)
 
 
 class StageTimings:

@@ -128,7 +128,7 @@ def chain_state(turn: Turn) -> ChainState:
         model=turn.model,
         request=turn.request,
         owner=turn.session.owner,
-        calls_in_context=turn.generation.calls_so_far + count_calls(output),
+        calls_in_context=count_calls(output, turn.generation.calls_so_far),
         stored_chain=turn.response.store and (parent is None or parent.stored_chain),
         # A conversation's history is in the rendered tokens but not in this chain's context: a continuation by
         # previous_response_id renders from the context, as it would after loading the chain from the store.

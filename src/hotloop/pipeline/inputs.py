@@ -57,7 +57,7 @@ class Inputs:
         """The tool calls the model's context holds (the count `max_tool_calls` limits)."""
         before = self.parent.calls_in_context if self.parent is not None else count_calls(self.history)
         known = self.resent.call_count if self.resent is not None else 0
-        return before + known + count_calls(self.fresh)
+        return count_calls(self.fresh, before + known)
 
     def rememberable(self, request: CreateRequest) -> bool:
         """Whether a later request may start from this one's input: not a continuation nor a conversation, and
@@ -119,7 +119,7 @@ def remember(
         items=inputs.items,
         generated=inputs.generated,
         calls=calls,
-        call_count=known + count_calls(inputs.fresh),
+        call_count=count_calls(inputs.fresh, known),
         safety=safety,
         rendered=rendered,
         chat=chat,

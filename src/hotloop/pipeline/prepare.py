@@ -11,9 +11,11 @@ from array import array
 from typing import Any
 
 from hotloop.backends.base import GenerationRequest
+from hotloop.chat.compacted import effective
 from hotloop.ids import new_id
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
+from hotloop.pipeline import compaction
 from hotloop.pipeline.inputs import Inputs, gather, match_resent, remember
 from hotloop.pipeline.objects import conversations
 from hotloop.pipeline.prompt import render_prompt
@@ -56,6 +58,7 @@ async def start_turn(
     with timings.stage("render"):
         base, fresh = inputs.prompt_base(), inputs.prompted[inputs.skip :]
         prompt, rendered = await render_prompt(service.renderer, model, request, tools.specs, base, fresh)
+        compacting = _compaction(request, model, prompt, inputs)
     with timings.stage("safety"):
         safety = await _scan(service, inputs)
     chat, calls = model.chat, call_ids
@@ -73,8 +76,21 @@ async def start_turn(
         safety=safety,
         tools=tools,
         timings=timings,
+        compaction=compacting,
     )
     return Turn(service, session, prepared, options)
+
+
+def _compaction(request: CreateRequest, model: Model, prompt: array[int], inputs: Inputs) -> compaction.Plan | None:
+    """The compaction this turn runs before it generates (`context_management`), if its prompt crosses the
+    threshold."""
+    if not request.context_management:
+        return None
+    parent = inputs.parent
+    usage = parent.response.usage if parent is not None else None
+    parent_tokens = usage.total_tokens if usage is not None else 0
+    context = [*(parent.context if parent is not None else inputs.history), *inputs.items]
+    return compaction.plan(request, model, len(prompt), context, inputs.calls_in_context(), parent_tokens)
 
 
 def _check_tools_and_items(
@@ -126,7 +142,7 @@ def _generation(
         previous_response_id=parent.response.id if parent is not None else None,
     )
     if model.takes_messages:  # the engine gets the whole conversation (a chat API keeps no state)
-        generation.items = [*(parent.context if parent is not None else ()), *inputs.prompted]
+        generation.items = list(effective([*(parent.context if parent is not None else ()), *inputs.prompted]))
         generation.instructions = request.instructions
     return generation
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from hotloop.chat import harmony as harmony_chat
+from hotloop.chat.compacted import effective, latest
 from hotloop.chat.format import Chat, ChatFormat
 from hotloop.chat.incremental import PromptRenderer, Rendered, token_floor
 from hotloop.chat.messages import item_messages, system_message
@@ -73,7 +74,8 @@ async def render_prompt(
         think_from = _think_from(model.reasoning, batch)
         # A `chain` policy forgets the reasoning already rendered once a user message starts a new chain.
         dropped = rendered.reasoning and model.reasoning.replay == "chain" and last_user(batch) >= 0
-        if rendered.system == system and not dropped:
+        # A compaction made by a create stands for everything before it: the context is read again from it.
+        if rendered.system == system and not dropped and latest(batch) < 0:
             replaced, messages = _messages(model, batch, rendered.last, think_from, base.context)
             kept = rendered.last_start if replaced is not None else rendered.length
             _check_floor(model, request, kept + token_floor(fmt, messages))
@@ -82,7 +84,7 @@ async def render_prompt(
                 prompt, state = result
                 state.reasoning = rendered.reasoning or _rendered_any(batch, think_from)
     if prompt is None:
-        items = [*(base.context if base is not None else ()), *new_items]
+        items = effective([*(base.context if base is not None else ()), *new_items])
         think_from = _think_from(model.reasoning, items)
         messages = _messages(model, items, None, think_from)[1]
         _check_floor(model, request, token_floor(fmt, [system, *messages] if system else messages))
@@ -91,7 +93,7 @@ async def render_prompt(
             state.reasoning = _rendered_any(items, think_from)
     if len(prompt) < model.context_window:
         return prompt, state
-    items = [*(base.context if base else ()), *new_items]
+    items = list(effective([*(base.context if base else ()), *new_items]))
     return await _truncated(renderer, model, request, system, items, len(prompt)), None
 
 

@@ -7,21 +7,16 @@ which every known client recovers from by resending the full context.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+from hotloop.chat.compacted import count_calls
 from hotloop.errors import InvalidParam, ModelNotFound, PreviousResponseNotFound
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.context import ChainState, Context, call_ids_of
 from hotloop.pipeline.state.session import Session
-from hotloop.wire.items import ContextItem, CustomToolCall, FunctionCall, ItemReference
+from hotloop.wire.items import ContextItem, ItemReference
 from hotloop.wire.request import CreateRequest
 
 # Only these finished states can be continued; `failed` and `cancelled` never are (§3.8.4).
 CONTINUABLE = frozenset({"completed", "incomplete"})
-
-
-def count_calls(items: Sequence[ContextItem]) -> int:
-    return sum(1 for item in items if isinstance(item, FunctionCall | CustomToolCall))
 
 
 async def resolve_parent(service: Service, session: Session, response_id: str | None) -> ChainState | None:

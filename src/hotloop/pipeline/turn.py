@@ -17,6 +17,7 @@ from hotloop.backends.base import GenerationRequest
 from hotloop.chat.incremental import Rendered
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
+from hotloop.pipeline import compaction
 from hotloop.pipeline.finish import finish, finish_cancelled, log_finished
 from hotloop.pipeline.generate import BLOCKED, Generation, Outcome
 from hotloop.pipeline.service import Service
@@ -26,9 +27,9 @@ from hotloop.pipeline.tools import ToolSet
 from hotloop.safety import SafetyResult
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
-from hotloop.wire.items import ContextItem
+from hotloop.wire.items import Compaction, ContextItem
 from hotloop.wire.request import CreateRequest
-from hotloop.wire.response import ErrorInfo, Response
+from hotloop.wire.response import ErrorInfo, Response, Usage
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,6 +48,7 @@ class Prepared:
     safety: SafetyResult
     tools: ToolSet
     timings: StageTimings
+    compaction: compaction.Plan | None = None  # the context is compacted first (`context_management`)
 
 
 class Turn:
@@ -68,6 +70,7 @@ class Turn:
         self.safety = prepared.safety
         self.tools = prepared.tools
         self.timings = prepared.timings
+        self.compaction = prepared.compaction
         self.builder = ResponseBuilder(
             self.response, options.stream_id, service.settings.reasoning_events, _sealer(service, self.request)
         )
@@ -91,9 +94,21 @@ class Turn:
         try:
             for event in self._opening():
                 yield event
+            summary: Usage | None = None
+            failure: Outcome | None = None
+            if self.compaction is not None and self.safety.verdict != "block" and self.generate:
+                try:
+                    item, summary = await self._compact()
+                except compaction.CompactionFailed as exc:
+                    failure = Outcome(status="failed", error=exc.error)
+                else:
+                    for event in self.builder.add_item(item):
+                        yield event
             generation = self._generation()
             try:
-                if self.safety.verdict == "block":
+                if failure is not None:
+                    outcome = failure
+                elif self.safety.verdict == "block":
                     outcome = BLOCKED
                     self.timings.add("generate", self.timings.since("inference"))  # every normal end has the stage
                 elif not self.generate:
@@ -102,6 +117,8 @@ class Turn:
                     async for event in generation.events(congested):
                         yield event
                     outcome = generation.outcome or Outcome.failed("server_error", "The model backend failed.")
+                if summary is not None:  # the summary's generation is this response's work too
+                    outcome = msgspec.structs.replace(outcome, usage=summary.plus(outcome.usage))
             except (asyncio.CancelledError, GeneratorExit):
                 await asyncio.shield(finish_cancelled(self))
                 raise
@@ -120,9 +137,24 @@ class Turn:
             self.service.drain.leave(self)
             gauge.dec()
 
+    async def _compact(self) -> tuple[Compaction, Usage]:
+        """Compact the context (pipeline/compaction.py): the turn then generates on the compacted context, whose
+        prompt is the chain's rendered state; the item is the output's first."""
+        assert self.compaction is not None
+        with self.timings.stage("compact"):
+            done = await compaction.run(
+                self.service, self.model, self.request, self.tools.specs, self.compaction, self.response.id
+            )
+        self.generation.prompt_tokens = done.prompt
+        if self.model.takes_messages:
+            self.generation.items = done.items
+        self.rendered = done.rendered
+        return done.item, done.usage
+
     def _generation(self) -> Generation:
         timings = self.timings
-        timings.add("pre_inference", timings.since("start"))
+        # A compaction's summary is model time, not the API's own: it has its stage and is left out of this one.
+        timings.add("pre_inference", timings.since("start") - timings.seconds.get("compact", 0.0))
         timings.mark("inference")
         settings = self.service.settings
         return Generation(

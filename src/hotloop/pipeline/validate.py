@@ -7,6 +7,7 @@ own input, not the history.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from hotloop import sealing
 from hotloop.chat.media import describe_file, image_size
@@ -30,6 +31,8 @@ METADATA_MAX_PAIRS = 16
 METADATA_KEY_MAX = 64
 METADATA_VALUE_MAX = 512
 REASONING_EFFORTS = frozenset({"none", "minimal", "low", "medium", "high", "xhigh", "max"})
+# A compaction threshold, in prompt tokens: below the lower end every turn would compact its own system prompt.
+COMPACT_THRESHOLD_RANGE = (1_000, 100_000_000)
 INCLUDE_HONOURED = frozenset({"reasoning.encrypted_content", "message.output_text.logprobs"})
 
 
@@ -71,6 +74,7 @@ def check_request(request: CreateRequest, *, websocket: bool) -> None:
     check_metadata(request.metadata)
     _check_text(request.text)
     _check_reasoning(request.reasoning)
+    _check_context_management(request.context_management)
 
 
 def check_metadata(metadata: dict[str, object] | None) -> None:
@@ -118,6 +122,30 @@ def _check_reasoning(reasoning: dict[str, object] | None) -> None:
     summary = reasoning.get("summary")
     if summary is not None and (not isinstance(summary, str) or summary not in ("auto", "concise", "detailed")):
         raise InvalidParam(f"Unsupported reasoning.summary '{summary}'.", param="reasoning.summary")
+
+
+def _check_context_management(entries: list[Any] | None) -> None:
+    """`[{"type": "compaction", "compact_threshold": N}]` (pipeline/compaction.py); one compaction entry at most."""
+    for index, entry in enumerate(entries or ()):
+        param = f"context_management[{index}]"
+        if not isinstance(entry, dict):
+            raise InvalidParam(f"{param} must be an object.", param=param)
+        if entry.get("type") != "compaction":
+            raise InvalidParam(
+                f"Unsupported context management type {entry.get('type')!r}: only 'compaction' is supported.",
+                param=f"{param}.type",
+            )
+        if index:
+            raise InvalidParam("Only one compaction entry may be given.", param=param)
+        threshold = entry.get("compact_threshold")
+        low, high = COMPACT_THRESHOLD_RANGE
+        if threshold is not None and (
+            not isinstance(threshold, int) or isinstance(threshold, bool) or not low <= threshold <= high
+        ):
+            raise InvalidParam(
+                f"compact_threshold must be an integer from {low} to {high}, got {threshold!r}.",
+                param=f"{param}.compact_threshold",
+            )
 
 
 def check_stream_id(stream_id: str) -> bool:

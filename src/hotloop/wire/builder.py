@@ -259,6 +259,10 @@ class ResponseBuilder:
         """The opt-in `hotloop:timing_metrics` extension event (stage timings in ms), before the terminal one."""
         return self._emit(ev.TimingMetrics, response_id=self.response.id, timings=timings)
 
+    def add_item(self, item: OutputItem) -> list[Event]:
+        """A whole item at once (a compaction): `output_item.added` and `.done`, the item as given."""
+        return [*self.open_item(item), self.emit_done(item)]
+
     def emit_done(self, item: OutputItem) -> Event:
         """`output_item.done` for an item kept exactly as given (a replayed shape this builder never fills)."""
         self._open = None

@@ -163,7 +163,8 @@ ContextItem = (
     | Reasoning
     | (Compaction | OtherItem)
 )
-OutputItem = Message | FunctionCall | CustomToolCall | Reasoning
+# A compaction is an output item when a create compacted its context (`context_management`, issue 14).
+OutputItem = Message | FunctionCall | CustomToolCall | Reasoning | Compaction
 
 
 def item_to_builtins(item: ContextItem) -> Any:

@@ -54,10 +54,8 @@ def _replay_item(builder: ResponseBuilder, item: OutputItem) -> list[Event]:
         if text:
             out += builder.reasoning_delta(text)
         return out + builder.close_open(status)
-    # An item of another shape (never produced by hotloop's builder): added and done as stored.
-    out = builder.open_item(item)
-    out.append(builder.emit_done(item))
-    return out
+    # A compaction, or an item of another shape: added and done as stored.
+    return builder.add_item(item)
 
 
 def inband_error(response: Response) -> ev.ErrorBody | None:

@@ -54,6 +54,8 @@ class CreateRequest(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=T
     user: str | None = None
     conversation: str | dict[str, Any] | None = None
     prompt: dict[str, Any] | None = None
+    # [{"type": "compaction", "compact_threshold": N}]: compact in the create once the prompt crosses N tokens.
+    context_management: list[Any] | None = None
     # WebSocket only (protocol.md §3.5); validated there.
     stream_id: str | None = None
 

@@ -28,6 +28,17 @@ class Usage(msgspec.Struct):
     output_tokens_details: OutputTokensDetails
     total_tokens: int
 
+    def plus(self, other: Usage | None) -> Usage:
+        """Two generations' usage together (a compaction's summary and the answer)."""
+        if other is None:
+            return self
+        return Usage.of(
+            self.input_tokens + other.input_tokens,
+            self.input_tokens_details.cached_tokens + other.input_tokens_details.cached_tokens,
+            self.output_tokens + other.output_tokens,
+            self.output_tokens_details.reasoning_tokens + other.output_tokens_details.reasoning_tokens,
+        )
+
     @classmethod
     def of(cls, input_tokens: int, cached_tokens: int, output_tokens: int, reasoning_tokens: int = 0) -> Usage:
         return cls(

@@ -15,18 +15,13 @@ import msgspec
 from hotloop.errors import MissingParam, ServerError
 from hotloop.ids import new_id
 from hotloop.pipeline.admission.entry import admit
+from hotloop.pipeline.compaction import SUMMARY_INSTRUCTIONS, SUMMARY_MAX_TOKENS
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Session
 from hotloop.sealing import seal
 from hotloop.wire.items import Compaction, ContextItem, Message, item_to_builtins, output_text
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import Usage
-
-SUMMARY_INSTRUCTIONS = (
-    "Summarize the conversation so far for your own later use: the goal, what was done, tool results that "
-    "matter, decisions and open questions. Be concise and factual."
-)
-SUMMARY_MAX_TOKENS = 1024
 
 
 class Compacted(msgspec.Struct):

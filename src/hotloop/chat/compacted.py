@@ -1,0 +1,121 @@
+"""A compaction made inside a create (`context_management`, pipeline/compaction.py) carries the context it replaces.
+
+Its sealed content is `MARK` and a JSON body: the model's summary of the conversation, the user messages kept
+verbatim (the task, as `/responses/compact` keeps them), and the tail the model must act on now (the turn's new
+input and the calls its outputs answer). A context that holds such an item is read from the latest one on
+(`effective`): the item stands for everything before it, so a client may drop those items or resend them, and a
+chain continues from it. It is read as its kept user messages, the summary as a user message, then its tail.
+A compaction from `POST /responses/compact` (no mark) keeps its place and reads as its summary (chat/messages.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from hotloop import sealing
+from hotloop.wire.items import (
+    Compaction,
+    ContextItem,
+    CustomToolCall,
+    CustomToolCallOutput,
+    FunctionCall,
+    FunctionCallOutput,
+    InputText,
+    Message,
+    Reasoning,
+)
+
+MARK = "\x1ehotloop-context\x1e"  # a control character no summary keeps (`carried` strips it from the text)
+SUMMARY_HEADER = "[earlier conversation, compacted]"
+Kept = Message | FunctionCall | FunctionCallOutput | CustomToolCall | CustomToolCallOutput | Reasoning
+
+
+class Carried(msgspec.Struct, frozen=True):
+    summary: str
+    users: list[Kept]
+    tail: list[Kept]
+    calls: int = 0  # tool calls in the context it replaced: a context's call count goes on from it
+
+
+def carried(summary: str, users: Sequence[ContextItem], tail: Sequence[ContextItem], calls: int) -> str:
+    """The sealed text of a context-carrying compaction (only items of a kept kind stay: others are summarized)."""
+    body = Carried(
+        summary=summary.replace("\x1e", ""),
+        users=[item for item in users if isinstance(item, Kept)],
+        tail=[item for item in tail if isinstance(item, Kept)],
+        calls=calls,
+    )
+    return MARK + msgspec.json.encode(body).decode()
+
+
+def carries(item: ContextItem) -> Carried | None:
+    """What a context-carrying compaction holds; None for any other item. Its seal was verified when it came in."""
+    if not isinstance(item, Compaction):
+        return None
+    text = sealing.peek(item.encrypted_content)
+    if not text.startswith(MARK):
+        return None
+    try:
+        return msgspec.json.decode(text[len(MARK) :], type=Carried)
+    except msgspec.DecodeError:
+        return None
+
+
+def latest(items: Sequence[ContextItem]) -> int:
+    """The index of the latest context-carrying compaction; -1 when there is none."""
+    for index in range(len(items) - 1, -1, -1):
+        if isinstance(items[index], Compaction) and carries(items[index]) is not None:
+            return index
+    return -1
+
+
+def effective(items: Sequence[ContextItem]) -> Sequence[ContextItem]:
+    """The items a model reads: from the latest context-carrying compaction on, that one read as what it carries."""
+    at = latest(items)
+    if at < 0:
+        return items
+    body = carries(items[at])
+    assert body is not None
+    summary = Message(role="user", content=[InputText(text=f"{SUMMARY_HEADER}\n{body.summary}")])
+    return [*body.users, summary, *body.tail, *items[at + 1 :]]
+
+
+def count_calls(items: Sequence[ContextItem], before: int = 0) -> int:
+    """The tool calls in a context of `before` calls extended by `items`: a context-carrying compaction among them
+    starts the count again from the calls it replaced."""
+    at = latest(items) if any(isinstance(item, Compaction) for item in items) else -1
+    if at >= 0:
+        body = carries(items[at])
+        assert body is not None
+        before, items = body.calls, items[at + 1 :]
+    return before + sum(1 for item in items if isinstance(item, FunctionCall | CustomToolCall))
+
+
+def kept_tail(history: Sequence[ContextItem], new_items: Sequence[ContextItem]) -> list[ContextItem]:
+    """The items a compaction keeps verbatim after its summary: the new input, after the calls its outputs answer
+    (an engine's chat API refuses a tool message without the call before it)."""
+    answered = {item.call_id for item in new_items if isinstance(item, FunctionCallOutput | CustomToolCallOutput)}
+    calls = [item for item in history if isinstance(item, FunctionCall | CustomToolCall) and item.call_id in answered]
+    return [*calls, *new_items]
+
+
+def kept_users(items: Sequence[ContextItem], budget_chars: int) -> list[ContextItem]:
+    """The user messages kept verbatim, the latest first within `budget_chars`, in their order; an earlier
+    compaction's summary is not one of them (the new summary covers it)."""
+    kept: list[ContextItem] = []
+    used = 0
+    for item in reversed(items):
+        if isinstance(item, Message) and item.role == "user" and not _is_summary(item):
+            size = sum(len(getattr(part, "text", "")) for part in item.content)
+            if kept and used + size > budget_chars:
+                break
+            kept.append(item)
+            used += size
+    return kept[::-1]
+
+
+def _is_summary(item: Message) -> bool:
+    first = item.content[0] if item.content else None
+    return isinstance(first, InputText) and first.text.startswith(SUMMARY_HEADER + "\n")

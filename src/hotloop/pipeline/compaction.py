@@ -1,0 +1,178 @@
+"""Compaction inside a create (`context_management: [{"type": "compaction", "compact_threshold": N}]`; OpenAI's
+compaction guide, issue 14).
+
+When the turn's rendered prompt has at least N tokens (`start_turn` decides, `plan`), the turn compacts before it
+generates (`run`, from `Turn.events` after `response.in_progress`):
+
+1. The model summarizes the context, the new input included (`SUMMARY_INSTRUCTIONS`, at most
+   `SUMMARY_MAX_TOKENS`, no tools; the oldest items are left out of this one prompt if it would not fit the window).
+2. A `compaction` output item streams first (`output_item.added` / `.done`): sealed, it carries the summary, the
+   user messages verbatim (newest first, within about N characters) and the new input with the calls it answers
+   (chat/compacted.py).
+3. The turn generates on the compacted context: the kept user messages, the summary, the new input. That prompt
+   is the chain's rendered state; its next turn renders it again once (the compaction is in its parent's output)
+   and then extends it, so an engine's prefix cache misses once.
+
+Usage counts both generations. Without `compact_threshold` the threshold is `DEFAULT_SHARE` of the model's context
+window. An engine behind the chat API (which hotloop does not tokenize for) is measured by the parent's usage plus
+the new input's characters / 4.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from array import array
+from collections.abc import Sequence
+
+import msgspec
+
+from hotloop.backends.base import BackendError, Finished, GenerationRequest, TextDelta
+from hotloop.chat.compacted import carried, effective, kept_tail, kept_users
+from hotloop.chat.incremental import Rendered
+from hotloop.chat.specs import ToolSpec
+from hotloop.errors import HotloopError
+from hotloop.ids import new_id
+from hotloop.models import Model
+from hotloop.pipeline.prompt import render_prompt
+from hotloop.pipeline.service import Service
+from hotloop.pipeline.stall import BackendStalled, StallTimer
+from hotloop.sealing import seal
+from hotloop.wire.items import Compaction, ContextItem, Message, OutputItem
+from hotloop.wire.request import CreateRequest
+from hotloop.wire.response import ErrorInfo, Usage
+
+SUMMARY_INSTRUCTIONS = (
+    "Summarize the conversation so far for your own later use: the goal, what was done, tool results that "
+    "matter, decisions and open questions. Be concise and factual."
+)
+SUMMARY_MAX_TOKENS = 1024
+DEFAULT_SHARE = 0.8
+_encode = msgspec.json.Encoder().encode
+
+
+class Plan(msgspec.Struct, frozen=True):
+    """A turn that compacts: the context before its new input (as the model reads it) and that input."""
+
+    threshold: int
+    history: Sequence[ContextItem]
+    new_items: Sequence[ContextItem]
+    calls: int  # tool calls in the context it replaces
+
+
+class Compacted(msgspec.Struct, frozen=True):
+    item: Compaction
+    prompt: array[int]  # the compacted context's prompt (token models)
+    rendered: Rendered | None
+    items: list[ContextItem]  # the compacted context (models that take messages)
+    usage: Usage  # the summary's generation
+
+
+class CompactionFailed(Exception):
+    def __init__(self, error: ErrorInfo) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def threshold(request: CreateRequest, model: Model) -> int | None:
+    for entry in request.context_management or ():
+        value = entry.get("compact_threshold")
+        return value if isinstance(value, int) else int(model.context_window * DEFAULT_SHARE)
+    return None
+
+
+def plan(
+    request: CreateRequest,
+    model: Model,
+    prompt_tokens: int,
+    context: Sequence[ContextItem],
+    calls: int,
+    parent_tokens: int,
+) -> Plan | None:
+    """The compaction this turn runs, if its prompt crosses the request's threshold. `context`: every item the
+    turn reads, its new input last (whether it continues a chain or resends the history); `parent_tokens`: the
+    parent's input plus output tokens (a model that takes messages has no prompt here to count)."""
+    limit = threshold(request, model)
+    if limit is None:
+        return None
+    items = effective(context)
+    split = _new_input(items)
+    size = prompt_tokens
+    if model.takes_messages:
+        size = parent_tokens + sum(len(_encode(item)) for item in items[split:]) // 4
+    if size < limit:
+        return None
+    return Plan(threshold=limit, history=items[:split], new_items=items[split:], calls=calls)
+
+
+def _new_input(items: Sequence[ContextItem]) -> int:
+    """Where the turn's new input starts: after the model's last output item (a resent history holds both)."""
+    for index in range(len(items) - 1, -1, -1):
+        item = items[index]
+        if isinstance(item, OutputItem) and not (isinstance(item, Message) and item.role != "assistant"):
+            return index + 1
+    return 0
+
+
+async def run(
+    service: Service, model: Model, request: CreateRequest, tools: Sequence[ToolSpec], plan: Plan, response_id: str
+) -> Compacted:
+    """Summarize, seal, and render the compacted context; raises `CompactionFailed` (the turn then fails)."""
+    summary, usage = await _summarize(service, model, request, plan, response_id)
+    users = kept_users(plan.history, budget_chars=plan.threshold)
+    tail = kept_tail(plan.history, plan.new_items)
+    sealed = seal(carried(summary, users, tail, plan.calls), service.secret)
+    item = Compaction(encrypted_content=sealed, id=new_id("cmp"))
+    items = list(effective([item]))
+    if model.takes_messages:
+        return Compacted(item=item, prompt=array("i"), rendered=None, items=items, usage=usage)
+    try:
+        prompt, rendered = await render_prompt(service.renderer, model, request, tools, None, [item])
+    except HotloopError as exc:  # the compacted context itself does not fit the window
+        raise CompactionFailed(ErrorInfo(code=exc.code or "context_length_exceeded", message=str(exc))) from None
+    return Compacted(item=item, prompt=prompt, rendered=rendered, items=items, usage=usage)
+
+
+async def _summarize(
+    service: Service, model: Model, request: CreateRequest, plan: Plan, response_id: str
+) -> tuple[str, Usage]:
+    instructions = (
+        SUMMARY_INSTRUCTIONS if not request.instructions else f"{request.instructions}\n\n{SUMMARY_INSTRUCTIONS}"
+    )
+    summary_request = msgspec.structs.replace(request, instructions=instructions, truncation="auto", tools=None)
+    context = [*plan.history, *plan.new_items]
+    generation = GenerationRequest(
+        prompt_tokens=array("i"),
+        tool_choice="none",
+        max_output_tokens=SUMMARY_MAX_TOKENS,
+        metadata=dict(request.metadata or {}),
+        response_id=f"{response_id}_compaction",
+    )
+    if model.takes_messages:
+        generation.items, generation.instructions = context, instructions
+    else:
+        try:
+            generation.prompt_tokens, _ = await render_prompt(
+                service.renderer, model, summary_request, (), None, context
+            )
+        except HotloopError as exc:
+            raise CompactionFailed(ErrorInfo(code="server_error", message=f"Could not compact: {exc}")) from None
+    return await _generate(model, generation, service.settings.backend_timeout_s)
+
+
+async def _generate(model: Model, generation: GenerationRequest, timeout_s: float) -> tuple[str, Usage]:
+    text: list[str] = []
+    stall = StallTimer(timeout_s)
+    try:
+        async with contextlib.aclosing(model.backend.generate(generation)) as deltas:
+            while (delta := await stall.wait(anext(deltas, None))) is not None:
+                if isinstance(delta, TextDelta):
+                    text.append(delta.text)
+                elif isinstance(delta, Finished):
+                    prompt = len(generation.prompt_tokens) if delta.prompt_tokens is None else delta.prompt_tokens
+                    usage = Usage.of(prompt, delta.cached_tokens, delta.output_tokens, delta.reasoning_tokens)
+                    return "".join(text).strip(), usage
+    except (BackendError, BackendStalled) as exc:
+        raise CompactionFailed(ErrorInfo(code="server_error", message=f"Could not compact: {exc}")) from None
+    finally:
+        stall.close()
+    raise CompactionFailed(ErrorInfo(code="server_error", message="Could not compact: the model ended early."))
