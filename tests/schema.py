@@ -22,6 +22,8 @@ EXTENSION_EVENTS = frozenset(
     {
         "response.custom_tool_call_input.delta",
         "response.custom_tool_call_input.done",
+        "response.steer.accepted",
+        "response.steer.pending",
         "response.steer.failed",
         "hotloop:timing_metrics",
     }

@@ -76,14 +76,14 @@ def test_malformed_frames_keep_the_socket_open(server: RunningServer) -> None:
         assert final(ws.turn(input="hi"))["status"] == "completed"
 
 
-def test_processed_gets_no_reply_and_steer_fails(server: RunningServer) -> None:
+def test_processed_gets_no_reply_and_a_steer_for_a_finished_response_fails(server: RunningServer) -> None:
     with WS(server.ws_url) as ws:
         response = final(ws.turn(input="hi"))
         ws.send({"type": "response.processed", "response_id": response["id"]})
         ws.send({"type": "response.steer", "previous_response_id": response["id"], "input": "go left"})
         frame = ws.recv()  # the steer reply comes first: processed had none
         assert frame["type"] == "response.steer.failed"
-        assert frame["error"]["code"] == "steering_not_supported"
+        assert frame["error"]["code"] == "response_already_completed"  # it ended and waits for nothing
         assert frame["error"]["type"] == "invalid_request_error" and frame["error"]["message"]
         assert frame["steer"]["previous_response_id"] == response["id"]
         assert isinstance(frame["sequence_number"], int)
@@ -216,7 +216,7 @@ def test_steer_reply_follows_its_target(server: RunningServer) -> None:
         frame = ws.recv()
         assert frame["type"] == "response.steer.failed" and frame["sequence_number"] == 0
         assert "stream_id" not in frame
-        assert frame["error"]["code"] in ("steering_not_supported", "response_not_found")
+        assert frame["error"]["code"] == "response_not_found"
 
 
 def test_storage_fault_still_answers(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:

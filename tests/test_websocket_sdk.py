@@ -153,14 +153,14 @@ def test_error_event_is_typed(server: RunningServer) -> None:
             conn.dispatch_events()
 
 
-def test_steer_is_answered_with_steer_failed(server: RunningServer) -> None:
+def test_a_steer_for_a_finished_response_is_answered_with_steer_failed(server: RunningServer) -> None:
     client = ws_client(server)
     with client.responses.connect() as conn:
         response, typed = run_turn(conn, input="hi", store=False)
         conn.response.steer(previous_response_id=response.id, input="shorter please")
         event = conn.recv()
         assert isinstance(event, ResponseSteerFailedEvent)
-        assert event.error.code == "steering_not_supported"
+        assert event.error.code == "response_already_completed"
         assert event.sequence_number == len(typed)
 
 

@@ -6,18 +6,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-# The stages of a turn, in pipeline order (docs/metrics.md).
-STAGES = (
-    "validate",
-    "resolve",
-    "safety",
-    "render",
-    "compact",
-    "pre_inference",
-    "ttft",
-    "generate",
-    "post_inference",
-)
+# The stages every turn has, in pipeline order (docs/metrics.md); `compact` (a turn that compacts its context)
+# and `engine` (an engine that reports its own time) only some.
+STAGES = ("validate", "resolve", "safety", "render", "pre_inference", "ttft", "generate", "post_inference")
 
 
 class StageTimings:

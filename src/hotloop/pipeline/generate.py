@@ -64,6 +64,7 @@ class Generation:
         metrics: Metrics,
         timeout_s: float,
         transport: str,
+        steers: list[Any] | None = None,
     ) -> None:
         self.model = model
         self.request = request
@@ -72,6 +73,8 @@ class Generation:
         self.metrics = metrics
         self.timeout_s = timeout_s
         self.transport = transport
+        # The turn's steers (pipeline/steering.py): once one is there, the generation stops at the next delta.
+        self.steers = steers if steers is not None else []
         self.outcome: Outcome | None = None
 
     async def prefill(self) -> Outcome:
@@ -95,6 +98,8 @@ class Generation:
         merger = DeltaMerger() if congested is not None else None
         stall = StallTimer(self.timeout_s)
         first = True
+        steers = self.steers
+        emitted = 0
         try:
             # Closing the backend's generator (a stall, a fault, a client gone) stops its work (Backend docs).
             async with contextlib.aclosing(self.model.backend.generate(self.request)) as deltas:
@@ -106,6 +111,10 @@ class Generation:
                     if isinstance(delta, Finished):
                         self.outcome = self._finished(delta)
                         break
+                    if steers:  # steered: stop at this token boundary, keeping the output so far
+                        self.outcome = self._steered(emitted)
+                        break
+                    emitted += 1
                     ready = [delta] if merger is None or congested is None else merger.feed(delta, congested())
                     for item in ready:
                         for event in feed_delta(builder, item):
@@ -130,6 +139,11 @@ class Generation:
         usage = Usage.of(prompt, delta.cached_tokens, delta.output_tokens, delta.reasoning_tokens)
         reason = "max_output_tokens" if delta.reason == "length" else None
         return Outcome(status="incomplete" if reason else "completed", usage=usage, reason=reason)
+
+    def _steered(self, emitted: int) -> Outcome:
+        # The engine reports no counts for a stream cut short: each delta is about one token.
+        usage = Usage.of(len(self.request.prompt_tokens), 0, emitted)
+        return Outcome(status="incomplete", usage=usage, reason="steered")
 
     def _failure(self, exc: Exception) -> Outcome:
         response_id = self.request.response_id

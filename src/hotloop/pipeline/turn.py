@@ -23,6 +23,7 @@ from hotloop.pipeline.generate import BLOCKED, Generation, Outcome
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.context import ChainState
 from hotloop.pipeline.state.session import Lane, Session
+from hotloop.pipeline.steering import Steer
 from hotloop.pipeline.tools import ToolSet
 from hotloop.safety import SafetyResult
 from hotloop.wire.builder import ResponseBuilder
@@ -71,6 +72,10 @@ class Turn:
         self.tools = prepared.tools
         self.timings = prepared.timings
         self.compaction = prepared.compaction
+        # Steers accepted for this response (pipeline/steering.py); the first `steers_acked` were acknowledged in
+        # its own event sequence, any later one by the transport once the response has ended.
+        self.steers: list[Steer] = []
+        self.steers_acked = 0
         self.builder = ResponseBuilder(
             self.response, options.stream_id, service.settings.reasoning_events, _sealer(service, self.request)
         )
@@ -122,6 +127,9 @@ class Turn:
             except (asyncio.CancelledError, GeneratorExit):
                 await asyncio.shield(finish_cancelled(self))
                 raise
+            for steer in self.steers[self.steers_acked :]:  # acknowledged in order, before the terminal event
+                yield self.builder.steer_accepted(steer.id)
+                self.steers_acked += 1
             for event in await finish(self, outcome):
                 yield event
             log_finished(self)  # once the terminal event has left: the log line is not on the client's clock
@@ -165,6 +173,7 @@ class Turn:
             self.service.metrics,
             settings.backend_timeout_s,
             self.options.transport,
+            self.steers,
         )
 
     def _opening(self) -> list[Event]:

@@ -20,11 +20,21 @@ from hotloop.pipeline.admission.entry import admit, admit_connection, release_co
 from hotloop.pipeline.admission.lanes import ConnectionState, LaneLimits, QueueFull
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Lane, Session, owner_of
-from hotloop.pipeline.turn import TurnOptions
+from hotloop.pipeline.steering import (
+    MAX_PENDING,
+    WAITING,
+    Steer,
+    Steering,
+    SteerRefused,
+    new_steer,
+    successor,
+    with_steers,
+)
+from hotloop.pipeline.turn import Turn, TurnOptions
 from hotloop.transports.auth import authenticate, selected_subprotocol
 from hotloop.transports.http import error_response, wants_timings
 from hotloop.transports.ws_writer import FrameWriter
-from hotloop.wire.events import SteerFailed, encode_event, websocket_error
+from hotloop.wire.events import SteerAccepted, SteerFailed, SteerPending, encode_event, websocket_error
 from hotloop.wire.request import (
     AppendEvent,
     CreateEvent,
@@ -36,6 +46,7 @@ from hotloop.wire.request import (
 )
 
 log = logging.getLogger("hotloop.websocket")
+SteerReply = SteerAccepted | SteerPending | SteerFailed
 Job = Callable[[], Awaitable[None]]
 CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_INTERNAL = 1000, 1001, 1008, 1011
 
@@ -63,6 +74,8 @@ class Connection:
         self.workers: dict[Lane, asyncio.Task[None]] = {}
         self.writer = FrameWriter(websocket)
         self.closed = asyncio.Event()
+        self.running: dict[str, Turn] = {}  # responses generating now, by id (a steer may name one)
+        self.steering = Steering()
 
     # -- sending ---------------------------------------------------------------------------------------------------
 
@@ -175,16 +188,35 @@ class Connection:
         self._enqueue(lane, job)
 
     async def on_steer(self, event: SteerEvent) -> None:
-        """Steering is not implemented: answer `response.steer.failed` with the target's lane and next number (§3.6)."""
+        """A steer (pipeline/steering.py, §3.6): into the response generating now, queued for a response that waits
+        for tool outputs, or refused. A reply outside the target's stream takes its lane and next number."""
         target = event.previous_response_id
+        try:
+            steer = new_steer(target, event.input)
+            turn = self.running.get(steer.target)
+            if turn is None:
+                await self._pending(steer, self.steering.answer(steer))
+                return
+            if len(turn.steers) >= MAX_PENDING:
+                raise SteerRefused("too_many_pending_steers", f"{MAX_PENDING} steers already wait for this response.")
+            turn.steers.append(steer)  # acknowledged in its stream, or once it has ended
+        except SteerRefused as refused:
+            steer_ref = {"previous_response_id": target, "input": event.input}
+            await self._steer_failed(target, steer_ref, refused.code, refused.message)
+
+    async def _pending(self, steer: Steer, waiting: list[dict[str, Any]]) -> None:
+        fields = {"steer": steer.ref(), "reason": WAITING, "required_input": waiting}
+        await self._steer_reply(SteerPending, steer.target, **fields)
+
+    async def _steer_failed(self, target: str | None, steer: dict[str, Any], code: str, message: str) -> None:
+        error = {"type": "invalid_request_error", "code": code, "message": message}
+        await self._steer_reply(SteerFailed, target, steer=steer, error=error)
+
+    async def _steer_reply(self, kind: type[SteerReply], target: str | None, **fields: Any) -> None:
+        """A steer reply outside the target's stream: its lane and its next number (then the one after)."""
         lane, seq = self.state.steer_target(target)
-        steer = {"previous_response_id": target, "input": event.input}
-        error = {
-            "type": "invalid_request_error",
-            "code": "steering_not_supported",
-            "message": "Steering is not supported by this server.",
-        }
-        await self.send(encode_event(SteerFailed(sequence_number=seq, stream_id=lane, steer=steer, error=error)).data)
+        self.state.replied(target)
+        await self.send(encode_event(kind(sequence_number=seq, stream_id=lane, **fields)).data)
 
     # -- lanes -----------------------------------------------------------------------------------------------------
 
@@ -213,9 +245,21 @@ class Connection:
             await self._maybe_close_expired()
 
     async def _run_turn(self, create: CreateRequest, lane: Lane) -> None:
+        """A create, then the successors its steers start (§3.6), one after the other on its lane."""
+        steers: list[Steer] = []
+        next_create: CreateRequest | None = create
+        while next_create is not None:
+            next_create, steers = await self._turn(next_create, lane, steers)
+
+    async def _turn(
+        self, create: CreateRequest, lane: Lane, steers: list[Steer]
+    ) -> tuple[CreateRequest | None, list[Steer]]:
+        """One response; `steers`: those it is the successor of. Returns the successor to run next, if steered."""
         if self.router.expired():
             await self.send_error(self.router.connection_limit_error(), lane)
-            return
+            return None, []
+        if not steers:
+            create = with_steers(create, self.steering.continued(create.previous_response_id))
         options = TurnOptions(
             websocket=True, lane=lane, stream_id=lane, transport="websocket", include_timings=self.timings
         )
@@ -223,22 +267,60 @@ class Connection:
             # At the head of its lane, like every other check (§3.9): a create refused here runs nothing.
             turn = await admit(self.service, self.session, create, options)
         except HotloopError as exc:
-            await self.send_error(exc, lane)
-            return
+            await self._refused(exc, lane, steers)
+            return None, []
         except Exception:  # a fault of ours (storage, …): still answer the create, never leave it hanging
             log.exception("could not start a response")
-            await self.send_error(ServerError("The server had an error while processing your request."), lane)
-            return
+            await self._refused(ServerError("The server had an error while processing your request."), lane, steers)
+            return None, []
         response_id = turn.response.id
         sent = 0
         writer = self.writer
         congested = (lambda: writer.congested) if writer.direct else None
-        async with contextlib.aclosing(turn.events(congested)) as events:
-            async for event in events:
-                await self.send(event.data)
-                sent += 1
-                self.state.sent(response_id, lane, sent)
+        self.running[response_id] = turn
+        try:
+            async with contextlib.aclosing(turn.events(congested)) as events:
+                async for event in events:
+                    await self.send(event.data)
+                    sent += 1
+                    self.state.sent(response_id, lane, sent)
+        finally:
+            self.running.pop(response_id, None)
         self.state.finished(response_id)
+        return await self._after_steers(turn, create)
+
+    async def _refused(self, exc: HotloopError, lane: Lane, steers: list[Steer]) -> None:
+        """A create refused before it started; a successor's refusal is its steers' failure."""
+        if not steers:
+            await self.send_error(exc, lane)
+            return
+        for steer in steers:
+            ref = {**steer.ref(), "input": steer.input}
+            await self._steer_failed(steer.target, ref, "successor_creation_failed", exc.message)
+
+    async def _after_steers(self, turn: Turn, create: CreateRequest) -> tuple[CreateRequest | None, list[Steer]]:
+        """Once a response has ended: acknowledge the steers that came too late for its stream, then start their
+        successor, or queue them while the response waits for tool outputs."""
+        response = turn.response
+        steered = response.incomplete_details is not None and response.incomplete_details.reason == "steered"
+        self.steering.end(response.id, response.status, response.output, steered=steered)
+        steers = turn.steers
+        for steer in steers[turn.steers_acked :]:
+            await self._steer_reply(SteerAccepted, response.id, steer=steer.ref())
+        if not steers:
+            return None, []
+        waiting = self.steering.ended[response.id].waiting
+        if response.status not in ("completed", "incomplete"):
+            for steer in steers:
+                ref = {**steer.ref(), "input": steer.input}
+                await self._steer_failed(response.id, ref, "response_not_active", "The response did not end normally.")
+            return None, []
+        if waiting:  # it ended with calls: the steers wait for the create that answers them
+            for steer in steers:
+                self.steering.queue(steer)
+                await self._pending(steer, waiting)
+            return None, []
+        return successor(create, response.id, steers), steers
 
     # -- lifetime --------------------------------------------------------------------------------------------------
 

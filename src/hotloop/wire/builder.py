@@ -255,6 +255,10 @@ class ResponseBuilder:
         response.incomplete_details = IncompleteDetails(reason=reason) if reason else None
         response.completed_at = int(time.time()) if status == "completed" else None
 
+    def steer_accepted(self, steer_id: str) -> Event:
+        """`response.steer.accepted` in this response's own sequence (WebSocket steering, protocol.md §3.6)."""
+        return self._emit(ev.SteerAccepted, steer={"id": steer_id, "previous_response_id": self.response.id})
+
     def timing_metrics(self, timings: dict[str, float]) -> Event:
         """The opt-in `hotloop:timing_metrics` extension event (stage timings in ms), before the terminal one."""
         return self._emit(ev.TimingMetrics, response_id=self.response.id, timings=timings)

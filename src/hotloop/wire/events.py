@@ -154,6 +154,16 @@ class StreamError(_Event, tag="error"):
     error: ErrorBody
 
 
+class SteerAccepted(_Event, tag="response.steer.accepted"):
+    steer: dict[str, Any]  # {id, previous_response_id}
+
+
+class SteerPending(_Event, tag="response.steer.pending"):
+    steer: dict[str, Any]  # {id, previous_response_id}
+    reason: str
+    required_input: list[dict[str, Any]]  # stubs of the tool outputs the response waits for
+
+
 class SteerFailed(_Event, tag="response.steer.failed"):
     steer: dict[str, Any]
     error: dict[str, Any]

@@ -122,6 +122,12 @@ class ConnectionState:
         """The lane and the next sequence number of a response a steer names ((None, 0) if unknown)."""
         return self.seen.get(response_id or "", (None, 0))
 
+    def replied(self, response_id: str | None) -> None:
+        """A steer reply took the response's next number: the one after is the next reply's."""
+        if response_id is not None and response_id in self.seen:
+            lane, seq = self.seen[response_id]
+            self.seen[response_id] = (lane, seq + 1)
+
     def error_sent(self, code: str | None) -> None:
         if code == ConnectionLimit.code:
             self.limit_sent = True
