@@ -65,6 +65,23 @@ def test_agent_loop_with_a_reasoning_model(tmp_path: Path) -> None:
     assert contexts["http-full"] == contexts["http-chain"] == contexts["ws"]
 
 
+def test_a_long_session_past_the_window(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--compact-threshold`: a session of more tokens than the window runs to its end through compaction, and the
+    report says how often it compacted, what those turns cost and the cache share after them."""
+    out = tmp_path / "long.json"
+    argv = ["bench", "agent-loop", "--turns", "16", "--context-tokens", "24000", "--tps", "5000", "--ttft-ms", "1"]
+    argv += ["--tool-ms", "0", "--runs", "1", "--modes", "http-full,ws", "--compact-threshold", "6000"]
+    assert main([*argv, "--context-window", "8192", "--quiet", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    for mode in ("http-full", "ws"):
+        median = result["modes"][mode]["median"]
+        assert median["turns_completed"] == 16 and 2 <= median["compactions"] <= 10
+        assert median["context_max_tokens"] < 8192 and 0 < median["cached_ratio_after_compaction"] < 1
+        turns = result["modes"][mode]["runs"][0]["turns"]
+        assert sum(t["compacted"] for t in turns) == median["compactions"]
+    assert "compacting ms" in capsys.readouterr().out
+
+
 def test_overhead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, plot = tmp_path / "overhead.json", tmp_path / "overhead.png"
     argv = ["bench", "overhead", "--context-tokens", "500,3000", "--samples", "3", "--quiet"]

@@ -116,7 +116,12 @@ def test_a_long_loop_over_http_compacts_and_runs_to_its_end(small: RunningServer
                 kinds = [item.get("type") for item in history]
                 if "compaction" in kinds:
                     history = history[len(kinds) - 1 - kinds[::-1].index("compaction") :]
-    _check_loop(responses)
+        compacted = _check_loop(responses)
+        if mode == "chained":  # stored with its compaction item, and replayed with it
+            stored = responses[compacted[0]]
+            assert http.get(f"/responses/{stored['id']}").json()["output"] == stored["output"]
+            replay = parse_sse(http.get(f"/responses/{stored['id']}", params={"stream": "true"}).text)
+            assert check_sequence(replay)["output"][0]["type"] == "compaction"
 
 
 def test_pruning_before_the_latest_compaction_changes_nothing(small: RunningServer) -> None:
@@ -163,6 +168,23 @@ def test_bad_entries_are_400s_naming_the_parameter(small: RunningServer, entries
     with WS(small.ws_url) as ws:
         frame = ws.error(input="hi", context_management=entries)
         assert frame["status"] == 400 and frame["error"]["param"] == param
+
+
+def test_a_history_past_the_window_is_compacted_not_refused(small: RunningServer) -> None:
+    """A stateless client resumes a session longer than the window: compacted first (without compaction, or with a
+    threshold past the window, it is `context_length_exceeded`)."""
+    history: list[Any] = [{"role": "user", "content": "Go."}]
+    for n in range(40):  # ~24k tokens of calls and outputs
+        call = {"type": "function_call", "call_id": f"c{n}", "name": "shell", "arguments": '{"command": "ls"}'}
+        history += [call, {"type": "function_call_output", "call_id": f"c{n}", "output": OUTPUT}]
+    history.append({"role": "user", "content": "Now fix it."})
+    with small.http() as http:
+        response = http.post("/responses", json=_body(input=history, store=False)).json()
+        assert response["status"] == "completed" and response["output"][0]["type"] == "compaction"
+        assert response["usage"]["input_tokens"] > WINDOW  # the summary read it all (its oldest items left out)
+        for entries in (None, [{"type": "compaction", "compact_threshold": 10 * WINDOW}]):
+            reply = http.post("/responses", json=_body(input=history, store=False, context_management=entries))
+            error_of(reply, 400, "context_length_exceeded", "input")
 
 
 def test_below_the_threshold_nothing_is_compacted(small: RunningServer) -> None:

@@ -25,6 +25,9 @@ class AgentLoopConfig:
     # A reasoning model: tokens of thinking before each call and the answer (hotloop-sim), model time like any
     # output token; its reasoning items are rendered back into the tool chain's prompts.
     reasoning_tokens: int = 0
+    # A long session (docs/benchmarks.md): compact past this many prompt tokens (`context_management`); the tool
+    # outputs then have a fixed size, so that the whole session holds `context_tokens` however often it compacts.
+    compact_threshold: int | None = None
     modes: tuple[str, ...] = ("http-full", "http-chain", "ws")
     runs: int = 1
     warmup: bool = True
@@ -52,6 +55,7 @@ class TurnRecord:
     tool_ms: float  # measured time of the tool that answered this turn's call (0 on the last turn)
     timings: dict[str, Any] | None = None  # the server's `hotloop:timing_metrics` event, as sent
     cached_tokens: int = 0  # prompt tokens the engine found in its prefix cache
+    compacted: bool = False  # the turn compacted its context first (its output opens with a compaction item)
 
 
 @dataclass
@@ -88,6 +92,8 @@ def request_fields(config: AgentLoopConfig) -> dict[str, Any]:
     }
     if config.reasoning_tokens:
         fields["metadata"]["sim_reasoning_tokens"] = str(config.reasoning_tokens)
+    if config.compact_threshold is not None:
+        fields["context_management"] = [{"type": "compaction", "compact_threshold": config.compact_threshold}]
     if config.temperature is not None:
         fields["temperature"] = config.temperature
     if config.max_output_tokens is not None:
@@ -101,9 +107,9 @@ async def run_rollout(
     """One scripted rollout: every turn but the last calls a tool, the client runs it (sleeps) and answers."""
     record = RunRecord(mode=client.mode, run=run, e2e_ms=0.0, physical_ms=0.0)
     items = rollout.first_input()
-    if config.upstream is not None:
+    if config.upstream is not None or config.compact_threshold is not None:
         # A new session's own first message: the engine's prefix cache may hold the shared system prompt, not an
-        # earlier run's conversation (every run replays the same texts).
+        # earlier run's conversation (every run replays the same texts); a long session reports its cache share.
         items = [user_message(f"Session {uuid.uuid4().hex[:12]}.\n{USER_TASK}")]
     first_context: int | None = None
     start = time.perf_counter()
@@ -113,7 +119,10 @@ async def run_rollout(
         if result.status != "completed":
             raise BenchError(f"{client.mode} turn {turn}: response {result.response_id} is {result.status}")
         calls = [item for item in result.output if item.get("type") == "function_call"]
+        compacted = bool(result.output) and result.output[0].get("type") == "compaction"
         own = turn_model_ms(config, result.input_tokens, result.cached_tokens, result.output_tokens)
+        if compacted and config.upstream is None:  # the summary is a generation of its own: its first token too
+            own += config.ttft_ms
         engine = (result.timings or {}).get("engine")
         if isinstance(engine, int | float):  # the engine reported its own time: the real model time, not a model
             own = float(engine)
@@ -128,6 +137,7 @@ async def run_rollout(
             tool_ms=0.0,
             timings=result.timings,
             cached_tokens=result.cached_tokens,
+            compacted=compacted,
         )
         record.turns.append(entry)
         if turn == rollout.turns - 1:
@@ -154,7 +164,8 @@ async def run_agent_loop(
     """All runs of all modes (interleaved run by run, so drift hits every mode alike); the JSON-ready result."""
     progress = progress or Progress(enabled=False)
     cpt = await chars_per_token(base_url, api_key, config.model)
-    rollout = Rollout(turns=config.turns, context_tokens=config.context_tokens, chars_per_token=cpt)
+    fixed = config.compact_threshold is not None
+    rollout = Rollout(turns=config.turns, context_tokens=config.context_tokens, chars_per_token=cpt, fixed=fixed)
     fields = request_fields(config)
     if config.warmup:
         # The measured runs' model, upstream and tool_choice (a real model answers in text under `auto`).
@@ -181,6 +192,25 @@ async def run_agent_loop(
             )
     progress.done()
     return summarize(config, cpt, runs)
+
+
+def _long_session(runs: list[RunRecord]) -> dict[str, Any]:
+    """What compaction costs (docs/benchmarks.md): the compacting turns' overhead beside the others', and how much
+    of the next turn's prompt the model's cache already held."""
+    turns = [t for r in runs for t in r.turns]
+    compacting = [t for t in turns if t.compacted]
+    if not compacting:
+        return {}
+    after = [r.turns[i + 1] for r in runs for i, t in enumerate(r.turns[:-1]) if t.compacted]
+    return {
+        "compactions": median(sum(t.compacted for t in r.turns) for r in runs),
+        "overhead_compacting_turn_ms": median(t.overhead_ms for t in compacting),
+        "overhead_other_turns_ms": median(t.overhead_ms for t in turns if not t.compacted),
+        "cached_ratio_after_compaction": median(t.cached_tokens / max(1, t.context_tokens) for t in after)
+        if after
+        else None,
+        "context_max_tokens": max(t.context_tokens for t in turns if not t.compacted),
+    }
 
 
 def summarize(config: AgentLoopConfig, cpt: float, runs: list[RunRecord]) -> dict[str, Any]:
@@ -223,6 +253,7 @@ def summarize(config: AgentLoopConfig, cpt: float, runs: list[RunRecord]) -> dic
                 "overhead_last_turn_ms": per_turn[-1]["overhead_ms"],
                 "context_last_turn_tokens": per_turn[-1]["context_tokens"],
                 "tool_ms_total": median(sum(t.tool_ms for t in r.turns) for r in mine),
+                **_long_session(mine),
             },
         }
     ratios: dict[str, float] = {}

@@ -119,6 +119,19 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     loop.add_argument("--ttft-ms", type=_non_negative, default=20.0, help="simulated time to first token (ms)")
     loop.add_argument("--tool-ms", type=_non_negative, default=50.0, help="time each tool call takes (ms)")
     loop.add_argument(
+        "--compact-threshold",
+        type=_positive(int),
+        default=None,
+        help="a long session: compact past this many prompt tokens (context_management); tool outputs then have "
+        "a fixed size, --context-tokens over the whole session",
+    )
+    loop.add_argument(
+        "--context-window",
+        type=_positive(int),
+        default=None,
+        help="the in-process hotloop-sim's context window (sim_context_window; default 131072)",
+    )
+    loop.add_argument(
         "--reasoning-tokens",
         type=int,
         default=0,
@@ -296,6 +309,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 tool_ms=args.tool_ms,
                 ttft_ms=args.ttft_ms,
                 reasoning_tokens=args.reasoning_tokens,
+                compact_threshold=args.compact_threshold,
                 modes=args.modes,
                 runs=args.runs,
                 **_upstream_config(args),
@@ -432,7 +446,7 @@ def _with_server(
         return _run(scenario(args.base_url))
     from hotloop.bench.server import InProcessServer
 
-    with InProcessServer(upstream=_upstream(args)) as server:
+    with InProcessServer(upstream=_upstream(args), context_window=getattr(args, "context_window", None)) as server:
         return _run(scenario(server.base_url))
 
 

@@ -109,7 +109,32 @@ def agent_loop_table(result: dict[str, Any]) -> str:
         model = "(the engine's own time where it reports one, else uncached input x prefill + (output_tokens-1)/tps)"
     legend = f"overhead = turn time seen by the client - model time {model}; first/last: at the first/last turn"
     text = f"{head}\n{_table(header, rows)}\n{legend}\nratios (medians):\n{ratios}"
+    text += _compaction_table(result)
     return text + ("\n" + cached_table(result) if upstream else "")
+
+
+def _compaction_table(result: dict[str, Any]) -> str:
+    """A long session's compaction (`--compact-threshold`): how often, what a compacting turn's overhead is beside
+    the others', and the share of the next prompt the model's cache held."""
+    rows = []
+    for mode, data in result["modes"].items():
+        m = data["median"]
+        if "compactions" in m:
+            cached = m["cached_ratio_after_compaction"]
+            rows.append(
+                [
+                    mode,
+                    _fmt(m["compactions"], 0),
+                    _fmt(m["overhead_compacting_turn_ms"], 2),
+                    _fmt(m["overhead_other_turns_ms"], 2),
+                    "-" if cached is None else _fmt(cached, 3),
+                    str(m["context_max_tokens"]),
+                ]
+            )
+    if not rows:
+        return ""
+    header = ["mode", "compactions", "compacting ms", "other ms", "cached after", "ctx max"]
+    return "\ncompaction (overhead per turn, medians):\n" + _table(header, rows)
 
 
 def cached_table(result: dict[str, Any]) -> str:

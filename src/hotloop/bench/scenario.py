@@ -217,6 +217,9 @@ class Rollout:
     context_tokens: int
     chars_per_token: float = CHARS_PER_TOKEN
     seed: int = 0
+    # Every tool output the same size (the session's share of `context_tokens` a turn), not sized from the context
+    # the server reported: with compaction the reported context falls back now and then.
+    fixed: bool = False
 
     def first_input(self) -> list[dict[str, Any]]:
         return [user_message(USER_TASK)]
@@ -228,6 +231,9 @@ class Rollout:
 
     def output_chars(self, turn: int, first_context: int, context: int, output_tokens: int) -> int:
         """Size of the tool output answering turn `turn`'s call, given that turn's context and output."""
+        if self.fixed:
+            wanted = (self.context_tokens - first_context) / max(1, self.turns - 1) - output_tokens - 16
+            return max(64, int(wanted * self.chars_per_token))
         wanted = self.target(turn + 1, first_context) - context - output_tokens - 16  # 16: the turn framing
         return max(64, int(wanted * self.chars_per_token))
 

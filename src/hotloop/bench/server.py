@@ -6,6 +6,8 @@ from __future__ import annotations
 import tempfile
 from types import TracebackType
 
+import msgspec
+
 from hotloop.config import Settings, Upstream
 from hotloop.transports.server import ThreadedServer
 
@@ -13,7 +15,9 @@ UPSTREAM_MODEL = "upstream"
 
 
 class InProcessServer:
-    def __init__(self, log_level: str = "warning", upstream: Upstream | None = None) -> None:
+    def __init__(
+        self, log_level: str = "warning", upstream: Upstream | None = None, context_window: int | None = None
+    ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="hotloop-bench-")
         model = "hotloop-sim" if upstream is None else UPSTREAM_MODEL
         settings = Settings(
@@ -26,6 +30,8 @@ class InProcessServer:
             log_level=log_level,
             ws_ping_interval_s=0,  # no pings in the middle of a measurement
         )
+        if context_window:
+            settings = msgspec.structs.replace(settings, sim_context_window=context_window)
         self._server = ThreadedServer(settings)
 
     @property

@@ -102,14 +102,16 @@ def kept_tail(history: Sequence[ContextItem], new_items: Sequence[ContextItem]) 
 
 
 def kept_users(items: Sequence[ContextItem], budget_chars: int) -> list[ContextItem]:
-    """The user messages kept verbatim, the latest first within `budget_chars`, in their order; an earlier
-    compaction's summary is not one of them (the new summary covers it)."""
+    """The user messages kept verbatim, the latest first within `budget_chars`, in their order; one larger than
+    the whole budget, and an earlier compaction's summary, are left to the new summary."""
     kept: list[ContextItem] = []
     used = 0
     for item in reversed(items):
         if isinstance(item, Message) and item.role == "user" and not _is_summary(item):
             size = sum(len(getattr(part, "text", "")) for part in item.content)
-            if kept and used + size > budget_chars:
+            if size > budget_chars:
+                continue
+            if used + size > budget_chars:
                 break
             kept.append(item)
             used += size

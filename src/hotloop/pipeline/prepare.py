@@ -18,7 +18,7 @@ from hotloop.observability.timings import StageTimings
 from hotloop.pipeline import compaction
 from hotloop.pipeline.inputs import Inputs, gather, match_resent, remember
 from hotloop.pipeline.objects import conversations
-from hotloop.pipeline.prompt import render_prompt
+from hotloop.pipeline.prompt import render_prompt, too_long
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.context import ChainState, call_ids_of
 from hotloop.pipeline.state.session import Session
@@ -90,7 +90,10 @@ def _compaction(request: CreateRequest, model: Model, prompt: array[int], inputs
     usage = parent.response.usage if parent is not None else None
     parent_tokens = usage.total_tokens if usage is not None else 0
     context = [*(parent.context if parent is not None else inputs.history), *inputs.items]
-    return compaction.plan(request, model, len(prompt), context, inputs.calls_in_context(), parent_tokens)
+    plan = compaction.plan(request, model, len(prompt), context, inputs.calls_in_context(), parent_tokens)
+    if plan is None and len(prompt) >= model.context_window and not model.takes_messages:
+        raise too_long(len(prompt), model.context_window)  # past the window and below the threshold
+    return plan
 
 
 def _check_tools_and_items(

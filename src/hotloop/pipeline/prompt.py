@@ -91,8 +91,8 @@ async def render_prompt(
         prompt, state = await renderer.full(fmt, system, messages, source)
         if state is not None:
             state.reasoning = _rendered_any(items, think_from)
-    if len(prompt) < model.context_window:
-        return prompt, state
+    if len(prompt) < model.context_window or compacts(request):
+        return prompt, state  # a create that compacts is measured first (pipeline/compaction.py, prepare.py)
     items = list(effective([*(base.context if base else ()), *new_items]))
     return await _truncated(renderer, model, request, system, items, len(prompt)), None
 
@@ -127,11 +127,17 @@ def _rendered_any(items: Sequence[ContextItem], think_from: int | None) -> bool:
 
 def _check_floor(model: Model, request: CreateRequest, floor: int) -> None:
     """Refuse a prompt that cannot fit from its length alone, before megabytes of it are tokenized."""
-    if floor >= model.context_window and request.truncation != "auto":
-        raise _too_long(f"at least {floor}", model.context_window)
+    if floor >= model.context_window and request.truncation != "auto" and not compacts(request):
+        raise too_long(f"at least {floor}", model.context_window)
 
 
-def _too_long(size: int | str, window: int) -> InvalidParam:
+def compacts(request: CreateRequest) -> bool:
+    """A create that may compact its context (`context_management`) and does not truncate it: a prompt past the
+    window is compacted, not refused, when it crosses the threshold."""
+    return bool(request.context_management) and request.truncation != "auto"
+
+
+def too_long(size: int | str, window: int) -> InvalidParam:
     return InvalidParam(
         f"The input is {size} tokens; this model's context window is {window}.",
         param="input",
@@ -150,7 +156,7 @@ async def _truncated(
     window = model.context_window
     while True:
         if request.truncation != "auto" or len(items) <= 1:
-            raise _too_long(size, window)
+            raise too_long(size, window)
         items = items[max(1, len(items) // 8) :]
         messages = _messages(model, items, None, _think_from(model.reasoning, items))[1]
         prompt = await renderer.tokens(model.chat, ([system] if system else []) + messages)
