@@ -129,7 +129,8 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--context-window",
         type=_positive(int),
         default=None,
-        help="the in-process hotloop-sim's context window (sim_context_window; default 131072)",
+        help="the model's context window: the in-process hotloop-sim's (sim_context_window) or the --upstream "
+        "engine's (default 131072)",
     )
     loop.add_argument(
         "--reasoning-tokens",
@@ -457,6 +458,8 @@ def _upstream(args: argparse.Namespace) -> Upstream | None:
     extra = {"upstream_model": args.upstream_model} if args.upstream_model else {}
     if args.tokenizer:
         extra["tokenizer"] = args.tokenizer
+    if getattr(args, "context_window", None):
+        extra["context_window"] = args.context_window
     return Upstream(backend=args.upstream_backend, url=args.upstream, dialect=args.dialect, retries=0, **extra)
 
 
