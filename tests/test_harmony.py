@@ -35,12 +35,11 @@ from hotloop.backends.toolcalls.harmony import MARKERS, HarmonyParser
 from hotloop.backends.toolcalls.text import ToolCalls
 from hotloop.chat import harmony
 from hotloop.chat.format import ChatFormat
-from hotloop.chat.incremental import INLINE, PromptRenderer, TokenCache, probe_incremental, run_inline
+from hotloop.chat.incremental import probe_incremental
 from hotloop.chat.reasoning import ReasoningPrompt, ReplayPolicy, replay_from
 from hotloop.chat.specs import ToolSpec
 from hotloop.config import Settings, Upstream
 from hotloop.models import Model, build_registry
-from hotloop.pipeline.prompt import PromptBase, render_prompt
 from hotloop.wire.items import (
     ContextItem,
     FunctionCall,
@@ -50,18 +49,11 @@ from hotloop.wire.items import (
     Reasoning,
     ReasoningText,
 )
-from hotloop.wire.request import CreateRequest
 from http_support import calls, check_sequence, output_text, parse_sse
 from simengine_support import WEATHER, SimEngineProcess
-from test_render import TOOLS
-from test_tokens import thinking_conversations
-
-GET_WEATHER = ToolSpec(
-    name="get_weather",
-    description="Weather of a city",
-    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-)
-PATCH = ToolSpec(name="apply_patch", kind="custom", description="Apply a patch.")
+from test_render import PATCH
+from test_render import WEATHER as GET_WEATHER
+from test_tokens import check_turns, thinking_conversations
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +158,8 @@ def test_the_prompt_is_harmony_with_the_tools_as_typescript(fmt: ChatFormat) -> 
         "# Valid channels: analysis, commentary, final. Channel must be included for every message.\n"
         "Calls to these tools must go to the commentary channel: 'functions'.<|end|>"
         "<|start|>developer<|message|># Instructions\n\nBe brief.\n\n# Tools\n\n## functions\n\n"
-        "namespace functions {\n\n// Weather of a city\ntype get_weather = (_: {\ncity: string,\n}) => any;\n\n"
+        "namespace functions {\n\n// Current weather for a city.\n"
+        "type get_weather = (_: {\ncity: string,\n}) => any;\n\n"
         "// Apply a patch.\ntype apply_patch = (_: string) => any;\n\n} // namespace functions<|end|>"
         "<|start|>user<|message|>Weather in Oslo?<|end|>"
         "<|start|>assistant<|channel|>analysis<|message|>Need the tool.<|end|>"
@@ -185,19 +178,12 @@ def test_harmony_renders_incrementally_like_the_full_render(
     fmt: ChatFormat, replay: ReplayPolicy, items: list[ContextItem], data: st.DataObject
 ) -> None:
     model = Model("gpt-oss", cast(Any, None), fmt, 1 << 20, reasoning=ReasoningPrompt(form="harmony", replay=replay))
-    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(items) - 1)), max_size=5)))
-    request = CreateRequest(instructions=data.draw(st.none() | st.text(max_size=20)))
-    tools = data.draw(st.sampled_from([(), tuple(TOOLS)]))
-    renderer = PromptRenderer(TokenCache(1 << 20), encoder=INLINE)
-    base: PromptBase | None = None
-    system = harmony.system_message(request.instructions, tools)
-    for start, end in itertools.pairwise([0, *cuts, len(items)]):
-        prompt, state = run_inline(render_prompt(renderer, model, request, tools, base, items[start:end]))
-        turn = items[:end]
-        expected = fmt.tokens([system, *harmony.item_messages(turn, think_from=replay_from(replay, turn))[1]])
-        assert prompt.tolist() == expected, (start, end)
-        base = PromptBase(turn, state, fmt)
-    assert renderer.stats.fallbacks == 0
+
+    def full(instructions: str | None, tools: Any, turn: list[ContextItem]) -> list[int]:
+        system = harmony.system_message(instructions, tools)
+        return fmt.tokens([system, *harmony.item_messages(turn, think_from=replay_from(replay, turn))[1]])
+
+    check_turns(model, items, data, full)
 
 
 @pytest.mark.parametrize("dialect", ["vllm", "sglang"])

@@ -86,6 +86,16 @@ def test_reasoning_renders_incrementally_like_the_full_render_under_each_replay_
     render of the turn's items with the policy applied to all of them (`chain`: only the reasoning after the last
     user message), whether it extended the chain's state or started again."""
     model = Model("m", cast(Any, None), chat, 1 << 20, reasoning=ReasoningPrompt(form="think", replay=replay))
+
+    def full(instructions: str | None, tools: Any, turn: list[ContextItem]) -> list[int]:
+        return chat.tokens(chat_messages(instructions, tools, turn, replay_from(replay, turn)))
+
+    check_turns(model, items, data, full)
+
+
+def check_turns(model: Model, items: list[ContextItem], data: st.DataObject, full: Any) -> None:
+    """`render_prompt` over random cuts of `items` into turns: each turn's prompt is `full(instructions, tools,
+    the turn's items)`, whether it extended the chain's rendered state or rendered again."""
     cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(items) - 1)), max_size=5)))
     request = CreateRequest(instructions=data.draw(st.none() | st.text(max_size=20)))
     tools = data.draw(st.sampled_from([(), tuple(TOOLS)]))
@@ -94,9 +104,8 @@ def test_reasoning_renders_incrementally_like_the_full_render_under_each_replay_
     for start, end in itertools.pairwise([0, *cuts, len(items)]):
         prompt, state = run_inline(render_prompt(renderer, model, request, tools, base, items[start:end]))
         turn = items[:end]
-        expected = chat.tokens(chat_messages(request.instructions, tools, turn, replay_from(replay, turn)))
-        assert prompt.tolist() == expected, (start, end)
-        base = PromptBase(turn, state, chat)
+        assert prompt.tolist() == full(request.instructions, tools, turn), (start, end)
+        base = PromptBase(turn, state, model.chat)
     assert renderer.stats.fallbacks == 0
 
 

@@ -29,8 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hotloop.chat.format import Chat
-from hotloop.chat.media import describe_file, describe_image
-from hotloop.chat.messages import compaction_text, other_item_text
+from hotloop.chat.messages import assemble, compaction_text, other_item_text, parts_text
 from hotloop.chat.reasoning import reasoning_text
 from hotloop.chat.specs import ToolSpec, prompt_name
 from hotloop.wire.items import (
@@ -40,14 +39,9 @@ from hotloop.wire.items import (
     CustomToolCallOutput,
     FunctionCall,
     FunctionCallOutput,
-    InputFile,
-    InputImage,
-    InputText,
     Message,
     OtherItem,
-    OutputText,
     Reasoning,
-    Refusal,
 )
 
 START, END, CALL = "<|start|>", "<|end|>", "<|call|>"
@@ -117,24 +111,9 @@ def _type(schema: dict[str, Any]) -> str:
     )
 
 
-def _parts(parts: Iterable[Any], param: str) -> str:
-    out: list[str] = []
-    for index, part in enumerate(parts):
-        where = f"{param}.content[{index}]"
-        if isinstance(part, InputText | OutputText):
-            out.append(part.text)
-        elif isinstance(part, Refusal):
-            out.append(part.refusal)
-        elif isinstance(part, InputImage):
-            out.append(describe_image(part, where))
-        elif isinstance(part, InputFile):
-            out.append(describe_file(part, where))
-    return "\n".join(out)
-
-
 def _message(item: ContextItem, param: str, think: bool, names: Mapping[str, str]) -> tuple[str, str] | None:
     if isinstance(item, Message):
-        text = _parts(item.content, param)
+        text = parts_text(item.content, param)
         if item.role == "assistant":
             return "assistant", f"<|channel|>final<|message|>{text}{END}"
         return ("user" if item.role == "user" else "developer"), f"<|message|>{text}{END}"
@@ -148,7 +127,7 @@ def _message(item: ContextItem, param: str, think: bool, names: Mapping[str, str
         name = prompt_name(item.name, item.namespace)
         return "assistant", f"<|channel|>commentary to=functions.{name}<|message|>{item.input}{CALL}"
     if isinstance(item, FunctionCallOutput | CustomToolCallOutput):
-        output = item.output if isinstance(item.output, str) else _parts(item.output, param)
+        output = item.output if isinstance(item.output, str) else parts_text(item.output, param)
         name = names.get(item.call_id, "tool")
         return "tool", f"functions.{name} to=assistant<|channel|>commentary<|message|>{output}{END}"
     if isinstance(item, Reasoning):
@@ -187,19 +166,8 @@ def item_messages(
     found = call_names(items)
     if history and any(_answers_other(item, found) for item in items):
         found = {**call_names(history), **found}
-    messages: list[Chat] = [after] if after is not None else []
-    for index, item in enumerate(items):
-        think = think_from is not None and index >= think_from
-        rendered = _message(item, f"input[{index}]", think, found)
-        if rendered is None:
-            continue
-        role, content = rendered
-        if role == "assistant" and messages and messages[-1]["role"] == "assistant":
-            messages[-1] = {"role": "assistant", "content": messages[-1]["content"] + START + "assistant" + content}
-        else:
-            messages.append({"role": role, "content": content})
-    if after is None:
-        return None, messages
-    if messages[0] is after:
-        return None, messages[1:]
-    return after, messages
+    rendered = (
+        _message(item, f"input[{index}]", think_from is not None and index >= think_from, found)
+        for index, item in enumerate(items)
+    )
+    return assemble(rendered, after, lambda _: START + "assistant")

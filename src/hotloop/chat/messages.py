@@ -9,7 +9,7 @@ caller says from which item on (chat/reasoning.py), as the `<think>` block the m
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from hotloop import sealing
@@ -78,7 +78,8 @@ def tool_prompt(specs: Iterable[ToolSpec]) -> str:
     )
 
 
-def _parts_text(parts: Iterable[Any], param: str) -> str:
+def parts_text(parts: Iterable[Any], param: str) -> str:
+    """Text, refusal, image and file parts as the prompt shows them, one per line."""
     out: list[str] = []
     for index, part in enumerate(parts):
         where = f"{param}.content[{index}]"
@@ -107,7 +108,7 @@ def _arguments(raw: str) -> Any:
 def _item_message(item: ContextItem, param: str, think: bool) -> tuple[str, str] | None:
     if isinstance(item, Message):
         role = "system" if item.role == "developer" else item.role
-        return role, _parts_text(item.content, param)
+        return role, parts_text(item.content, param)
     if isinstance(item, FunctionCall):
         return "assistant", _call_text(
             prompt_name(item.name, item.namespace), {"arguments": _arguments(item.arguments)}
@@ -115,7 +116,7 @@ def _item_message(item: ContextItem, param: str, think: bool) -> tuple[str, str]
     if isinstance(item, CustomToolCall):
         return "assistant", _call_text(prompt_name(item.name, item.namespace), {"input": item.input})
     if isinstance(item, FunctionCallOutput | CustomToolCallOutput):
-        output = item.output if isinstance(item.output, str) else _parts_text(item.output, param)
+        output = item.output if isinstance(item.output, str) else parts_text(item.output, param)
         return "tool", output
     if isinstance(item, Reasoning):
         block = think_block(item) if think else None
@@ -155,18 +156,31 @@ def item_messages(
     back first and `after` is replaced (the incremental renderer then re-renders it). Returns (the replaced
     message or None, the new messages).
     """
+    rendered = (
+        _item_message(item, f"input[{index}]", think_from is not None and index >= think_from)
+        for index, item in enumerate(items)
+    )
+    return assemble(rendered, after, _joint)
+
+
+def _joint(before: str) -> str:
+    # What a reasoning model writes: its answer two newlines after `</think>` (what the parser drops).
+    return "\n\n" if before.endswith(THINK_CLOSE) else "\n"
+
+
+def assemble(
+    rendered: Iterable[tuple[str, str] | None], after: Chat | None, joint: Callable[[str], str]
+) -> tuple[Chat | None, list[Chat]]:
+    """Template messages from each item's (role, content) (None: the item is not shown): consecutive assistant
+    contents are one message, joined by `joint(the content so far)`; `after` as `item_messages` says."""
     messages: list[Chat] = [after] if after is not None else []
-    for index, item in enumerate(items):
-        think = think_from is not None and index >= think_from
-        rendered = _item_message(item, f"input[{index}]", think)
-        if rendered is None:
+    for entry in rendered:
+        if entry is None:
             continue
-        role, content = rendered
+        role, content = entry
         if role == "assistant" and messages and messages[-1]["role"] == "assistant":
             before = messages[-1]["content"]
-            # What a reasoning model writes: its answer two newlines after `</think>` (what the parser drops).
-            joint = "\n\n" if before.endswith(THINK_CLOSE) else "\n"
-            messages[-1] = {"role": "assistant", "content": before + joint + content}
+            messages[-1] = {"role": "assistant", "content": before + joint(before) + content}
         else:
             messages.append({"role": role, "content": content})
     if after is None:
