@@ -10,6 +10,7 @@ and what it generated in the engine's prefix cache.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -226,3 +227,21 @@ def test_after_a_compaction_the_engine_finds_the_compacted_prompt_cached(tmp_pat
     assert main["cached_tokens"] < main["prompt_tokens"] // 2  # the compacted prompt is new to the engine
     assert after["cached_tokens"] >= main["prompt_tokens"] + main["output_ids"]
     assert responses[first + 1]["usage"]["input_tokens"] < THRESHOLD
+
+
+def test_a_client_gone_during_the_summary_leaves_a_cancelled_response(small: RunningServer) -> None:
+    history: list[Any] = [{"role": "user", "content": "Go."}]
+    for n in range(16):  # past the threshold: this create compacts first
+        call = {"type": "function_call", "call_id": f"c{n}", "name": "shell", "arguments": '{"command": "ls"}'}
+        history += [call, {"type": "function_call_output", "call_id": f"c{n}", "output": OUTPUT}]
+    slow = {**META, "sim_ttft_ms": "3000"}  # the summary's first token is 3 s away
+    with WS(small.ws_url) as ws:
+        ws.create(**_body(input=history, metadata=slow))
+        created = ws.recv()
+        assert ws.recv()["type"] == "response.in_progress"
+    response_id = created["response"]["id"]
+    with small.http() as http:
+        deadline = time.monotonic() + 10
+        while (status := http.get(f"/responses/{response_id}").json().get("status")) != "cancelled":
+            assert time.monotonic() < deadline, status
+            time.sleep(0.05)

@@ -101,16 +101,16 @@ class Turn:
                 yield event
             summary: Usage | None = None
             failure: Outcome | None = None
-            if self.compaction is not None and self.safety.verdict != "block" and self.generate:
-                try:
-                    item, summary = await self._compact()
-                except compaction.CompactionFailed as exc:
-                    failure = Outcome(status="failed", error=exc.error)
-                else:
-                    for event in self.builder.add_item(item):
-                        yield event
-            generation = self._generation()
             try:
+                if self.compaction is not None and self.safety.verdict != "block" and self.generate:
+                    try:
+                        item, summary = await self._compact()
+                    except compaction.CompactionFailed as exc:
+                        failure = Outcome(status="failed", error=exc.error)
+                    else:
+                        for event in self.builder.add_item(item):
+                            yield event
+                generation = self._generation()
                 if failure is not None:
                     outcome = failure
                 elif self.safety.verdict == "block":

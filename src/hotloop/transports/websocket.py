@@ -317,7 +317,13 @@ class Connection:
             return None, []
         if waiting:  # it ended with calls: the steers wait for the create that answers them
             for steer in steers:
-                self.steering.queue(steer)
+                try:
+                    self.steering.queue(steer)
+                except SteerRefused as refused:
+                    await self._steer_failed(
+                        response.id, {**steer.ref(), "input": steer.input}, refused.code, refused.message
+                    )
+                    continue
                 await self._pending(steer, waiting)
             return None, []
         return successor(create, response.id, steers), steers
