@@ -245,3 +245,33 @@ def test_a_client_gone_during_the_summary_leaves_a_cancelled_response(small: Run
         while (status := http.get(f"/responses/{response_id}").json().get("status")) != "cancelled":
             assert time.monotonic() < deadline, status
             time.sleep(0.05)
+
+
+def test_an_engine_behind_the_chat_api_compacts_too(tmp_path: Path) -> None:
+    """hotloop does not tokenize for a chat-API engine: the parent's usage and the new input's size measure the
+    prompt; the summary and the answer are two engine requests, and the loop goes on from the compaction."""
+    engine = SimEngineProcess(tps=20_000, prefill_us_per_token=1, tool_calls=99, output_tokens=40).wait_ready()
+    upstream = Upstream(url=engine.base_url, context_window=WINDOW, read_timeout_s=30)
+    server = start_server(tmp_path, models=["chat"], default_model="chat", upstreams={"chat": upstream})
+    responses: list[dict[str, Any]] = []
+    try:
+        with server.http() as http:
+            response = http.post("/responses", json=_body(input="Go.")).json()
+            responses.append(response)
+            while calls(response) and len(responses) < 12:  # the engine counts only the calls it is sent
+                body = _body(input=_answers(response), previous_response_id=response["id"])
+                response = http.post("/responses", json=body).json()
+                assert response["status"] == "completed", response
+                responses.append(response)
+        requests = [
+            r for r in engine.http.get("/stats/requests").json()["requests"] if r["path"] == "/v1/chat/completions"
+        ]
+    finally:
+        server.stop()
+        engine.stop()
+    compacted = [n for n, r in enumerate(responses) if r["output"][0]["type"] == "compaction"]
+    assert len(responses) == 12 and compacted and compacted[0] + 1 < len(responses)
+    assert len(requests) == len(responses) + len(compacted)
+    after = compacted[0] + 1
+    # The turn after the compaction sent the compacted context: far fewer prompt tokens than the one before it.
+    assert responses[after]["usage"]["input_tokens"] < responses[compacted[0] - 1]["usage"]["input_tokens"]

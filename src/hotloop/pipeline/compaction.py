@@ -80,27 +80,26 @@ def threshold(request: CreateRequest, model: Model) -> int | None:
     return None
 
 
-def plan(
-    request: CreateRequest,
-    model: Model,
-    prompt_tokens: int,
-    context: Sequence[ContextItem],
-    calls: int,
-    parent_tokens: int,
-) -> Plan | None:
-    """The compaction this turn runs, if its prompt crosses the request's threshold. `context`: every item the
-    turn reads, its new input last (whether it continues a chain or resends the history); `parent_tokens`: the
-    parent's input plus output tokens (a model that takes messages has no prompt here to count)."""
+def crosses(
+    request: CreateRequest, model: Model, prompt_tokens: int, own: Sequence[ContextItem], parent_tokens: int
+) -> int | None:
+    """The threshold this turn's prompt crosses, if it does; None when it does not compact. `own`: the request's
+    own input items; `parent_tokens`: the parent's input plus output tokens (a model that takes messages has no
+    prompt here to count). Costs nothing in proportion to the history: it runs every turn."""
     limit = threshold(request, model)
     if limit is None:
         return None
-    items = effective(context)
-    split = _new_input(items)
     size = prompt_tokens
     if model.takes_messages:
-        size = parent_tokens + sum(len(_encode(item)) for item in items[split:]) // 4
-    if size < limit:
-        return None
+        size = parent_tokens + sum(len(_encode(item)) for item in own[_new_input(own) :]) // 4
+    return limit if size >= limit else None
+
+
+def plan(limit: int, context: Sequence[ContextItem], calls: int) -> Plan:
+    """The compaction of a turn that crosses `limit`. `context`: every item the turn reads, its new input last
+    (whether it continues a chain or resends the history)."""
+    items = effective(context)
+    split = _new_input(items)
     return Plan(threshold=limit, history=items[:split], new_items=items[split:], calls=calls)
 
 

@@ -89,11 +89,13 @@ def _compaction(request: CreateRequest, model: Model, prompt: array[int], inputs
     parent = inputs.parent
     usage = parent.response.usage if parent is not None else None
     parent_tokens = usage.total_tokens if usage is not None else 0
+    limit = compaction.crosses(request, model, len(prompt), inputs.items, parent_tokens)
+    if limit is None:
+        if len(prompt) >= model.context_window and not model.takes_messages:
+            raise too_long(len(prompt), model.context_window)  # past the window and below the threshold
+        return None
     context = [*(parent.context if parent is not None else inputs.history), *inputs.items]
-    plan = compaction.plan(request, model, len(prompt), context, inputs.calls_in_context(), parent_tokens)
-    if plan is None and len(prompt) >= model.context_window and not model.takes_messages:
-        raise too_long(len(prompt), model.context_window)  # past the window and below the threshold
-    return plan
+    return compaction.plan(limit, context, inputs.calls_in_context())
 
 
 def _check_tools_and_items(
