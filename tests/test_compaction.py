@@ -75,6 +75,10 @@ def _check_loop(responses: list[dict[str, Any]]) -> list[int]:
 
 @pytest.mark.parametrize("store", [True, False], ids=["stored", "stateless"])
 def test_a_long_loop_over_websocket_compacts_and_runs_to_its_end(small: RunningServer, store: bool) -> None:
+    """…and every turn after a compaction extends the compacted prompt: the only full renders are the first
+    turn's and, per compaction, the summary's prompt and the compacted context."""
+    stats = small.service.renderer.stats
+    full_before = stats.full_renders
     responses: list[dict[str, Any]] = []
     with WS(small.ws_url) as ws:
         events = ws.turn(**_body(input="The tests fail; find out why.", store=store))
@@ -88,7 +92,8 @@ def test_a_long_loop_over_websocket_compacts_and_runs_to_its_end(small: RunningS
                 added = [e for e in turn if e["type"] == "response.output_item.added"]
                 assert added[0]["item"]["type"] == "compaction" and added[0]["output_index"] == 0
             responses.append(final(turn))
-    _check_loop(responses)
+    compacted = _check_loop(responses)
+    assert stats.full_renders - full_before == 1 + 2 * len(compacted)
 
 
 @pytest.mark.parametrize("mode", ["chained", "resent", "pruned"])

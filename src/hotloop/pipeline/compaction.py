@@ -10,8 +10,8 @@ generates (`run`, from `Turn.events` after `response.in_progress`):
    user messages verbatim (newest first, within about N characters) and the new input with the calls it answers
    (chat/compacted.py).
 3. The turn generates on the compacted context: the kept user messages, the summary, the new input. That prompt
-   is the chain's rendered state; its next turn renders it again once (the compaction is in its parent's output)
-   and then extends it, so an engine's prefix cache misses once.
+   is the chain's rendered state, which its next turn extends (pipeline/prompt.py `base_of`), so an engine's
+   prefix cache misses once.
 
 Usage counts both generations. Without `compact_threshold` the threshold is `DEFAULT_SHARE` of the model's context
 window. An engine behind the chat API (which hotloop does not tokenize for) is measured by the parent's usage plus

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from hotloop.chat import harmony as harmony_chat
-from hotloop.chat.compacted import effective, latest
+from hotloop.chat.compacted import carries, effective, latest
 from hotloop.chat.format import Chat, ChatFormat
 from hotloop.chat.incremental import PromptRenderer, Rendered, token_floor
 from hotloop.chat.messages import item_messages, system_message
@@ -38,7 +38,12 @@ class PromptBase(NamedTuple):
 def base_of(parent: ChainState | None) -> PromptBase | None:
     if parent is None:
         return None
-    return PromptBase(parent.context, parent.rendered, parent.model.chat, parent.response.output)
+    pending: Sequence[ContextItem] = parent.response.output
+    if parent.rendered is not None and pending and carries(pending[0]) is not None:
+        # The parent compacted (pipeline/compaction.py): its rendered state is the compacted context, the
+        # compaction included; its answer and the new input extend it.
+        pending = pending[1:]
+    return PromptBase(parent.context, parent.rendered, parent.model.chat, pending)
 
 
 async def render_prompt(
