@@ -73,7 +73,7 @@ def tokenizer_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def fmt(tokenizer_file: Path) -> ChatFormat:
-    chat = ChatFormat(harmony.HARMONY_TEMPLATE, RustTokenizer.from_file(tokenizer_file), boundaries=(harmony.START,))
+    chat = harmony.harmony_format(RustTokenizer.from_file(tokenizer_file))
     assert probe_incremental(chat), "hotloop's harmony template renders message by message"
     return chat
 

@@ -13,8 +13,7 @@ from typing import Any
 
 from hotloop.backends.rust_tokenizer import RustTokenizer
 from hotloop.chat.format import ChatFormat
-from hotloop.chat.harmony import HARMONY_TEMPLATE
-from hotloop.chat.harmony import START as HARMONY_START
+from hotloop.chat.harmony import harmony_format
 from hotloop.chat.specs import Tokenizer
 from hotloop.config import Upstream
 
@@ -32,7 +31,7 @@ def load_chat_format(name: str, upstream: Upstream) -> ChatFormat:
         from hotloop.backends.gguf import smollm2_chat_format
 
         smollm2 = smollm2_chat_format()
-        return ChatFormat(HARMONY_TEMPLATE, smollm2.tokenizer, boundaries=(HARMONY_START,)) if harmony else smollm2
+        return harmony_format(smollm2.tokenizer) if harmony else smollm2
     path = Path(upstream.tokenizer).expanduser()
     folder = path if path.is_dir() else path.parent
     file = folder / "tokenizer.json" if path.is_dir() else path
@@ -40,7 +39,7 @@ def load_chat_format(name: str, upstream: Upstream) -> ChatFormat:
         raise ValueError(f"upstreams.{name}.tokenizer: no tokenizer.json at {file}")
     tokenizer: Tokenizer = RustTokenizer.from_file(file)
     if harmony:
-        return ChatFormat(HARMONY_TEMPLATE, tokenizer, boundaries=(HARMONY_START,))
+        return harmony_format(tokenizer)
     config = _read_json(folder / "tokenizer_config.json")
     template = _template(name, upstream, folder, config)
     return ChatFormat(template, tokenizer, bos_token=_token(config, "bos_token"), eos_token=_token(config, "eos_token"))

@@ -65,19 +65,23 @@ def carries(item: ContextItem) -> Carried | None:
 
 def latest(items: Sequence[ContextItem]) -> int:
     """The index of the latest context-carrying compaction; -1 when there is none."""
+    return _latest(items)[0]
+
+
+def _latest(items: Sequence[ContextItem]) -> tuple[int, Carried | None]:
+    """The latest context-carrying compaction's index and what it carries (decoded once); (-1, None) if none."""
     for index in range(len(items) - 1, -1, -1):
-        if isinstance(items[index], Compaction) and carries(items[index]) is not None:
-            return index
-    return -1
+        item = items[index]
+        if isinstance(item, Compaction) and (body := carries(item)) is not None:
+            return index, body
+    return -1, None
 
 
 def effective(items: Sequence[ContextItem]) -> Sequence[ContextItem]:
     """The items a model reads: from the latest context-carrying compaction on, that one read as what it carries."""
-    at = latest(items)
-    if at < 0:
+    at, body = _latest(items)
+    if body is None:
         return items
-    body = carries(items[at])
-    assert body is not None
     summary = Message(role="user", content=[InputText(text=f"{SUMMARY_HEADER}\n{body.summary}")])
     return [*body.users, summary, *body.tail, *items[at + 1 :]]
 
@@ -85,10 +89,8 @@ def effective(items: Sequence[ContextItem]) -> Sequence[ContextItem]:
 def count_calls(items: Sequence[ContextItem], before: int = 0) -> int:
     """The tool calls in a context of `before` calls extended by `items`: a context-carrying compaction among them
     starts the count again from the calls it replaced."""
-    at = latest(items) if any(isinstance(item, Compaction) for item in items) else -1
-    if at >= 0:
-        body = carries(items[at])
-        assert body is not None
+    at, body = _latest(items)
+    if body is not None:
         before, items = body.calls, items[at + 1 :]
     return before + sum(1 for item in items if isinstance(item, FunctionCall | CustomToolCall))
 

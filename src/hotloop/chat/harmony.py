@@ -28,10 +28,10 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from hotloop.chat.format import Chat
+from hotloop.chat.format import Chat, ChatFormat
 from hotloop.chat.messages import assemble, compaction_text, other_item_text, parts_text
 from hotloop.chat.reasoning import reasoning_text
-from hotloop.chat.specs import ToolSpec, prompt_name
+from hotloop.chat.specs import Tokenizer, ToolSpec, prompt_name
 from hotloop.wire.items import (
     Compaction,
     ContextItem,
@@ -53,6 +53,13 @@ HARMONY_TEMPLATE = (
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}"
 )
+
+
+def harmony_format(tokenizer: Tokenizer) -> ChatFormat:
+    """A harmony model's chat format: this template with the model's own tokenizer; `<|start|>` opens a message."""
+    return ChatFormat(HARMONY_TEMPLATE, tokenizer, boundaries=(START,))
+
+
 IDENTITY = "You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06"
 EFFORTS = {"none": "low", "minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high"}
 

@@ -45,6 +45,10 @@ class Steer(msgspec.Struct, frozen=True):
     def ref(self) -> dict[str, Any]:
         return {"id": self.id, "previous_response_id": self.target}
 
+    def failed_ref(self) -> dict[str, Any]:
+        """The steer as a failure returns it: its id, its target and its input, uncommitted."""
+        return {**self.ref(), "input": self.input}
+
 
 class SteerRefused(Exception):
     def __init__(self, code: str, message: str) -> None:
@@ -109,6 +113,12 @@ def _check_message(entry: Any, index: int) -> None:
         raise SteerRefused("invalid_input", f"{where}.content: only input_text, input_image and input_file parts.")
 
 
+def check_room(waiting: list[Steer]) -> None:
+    """Refuse one more steer for a response that `waiting` steers already wait for."""
+    if len(waiting) >= MAX_PENDING:
+        raise SteerRefused("too_many_pending_steers", f"{MAX_PENDING} steers already wait for this response.")
+
+
 def required_input(output: list[OutputItem]) -> list[dict[str, Any]]:
     """Stubs of the tool outputs a response's calls wait for (the client fills in `output`)."""
     stubs = []
@@ -156,8 +166,7 @@ class Steering:
 
     def queue(self, steer: Steer) -> None:
         queued = self.queued.setdefault(steer.target, [])
-        if len(queued) >= MAX_PENDING:
-            raise SteerRefused("too_many_pending_steers", f"{MAX_PENDING} steers already wait for this response.")
+        check_room(queued)
         queued.append(steer)
 
     def continued(self, response_id: str | None) -> list[Steer]:

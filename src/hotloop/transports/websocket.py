@@ -21,11 +21,11 @@ from hotloop.pipeline.admission.lanes import ConnectionState, LaneLimits, QueueF
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Lane, Session, owner_of
 from hotloop.pipeline.steering import (
-    MAX_PENDING,
     WAITING,
     Steer,
     Steering,
     SteerRefused,
+    check_room,
     new_steer,
     successor,
     with_steers,
@@ -197,8 +197,7 @@ class Connection:
             if turn is None:
                 await self._pending(steer, self.steering.answer(steer))
                 return
-            if len(turn.steers) >= MAX_PENDING:
-                raise SteerRefused("too_many_pending_steers", f"{MAX_PENDING} steers already wait for this response.")
+            check_room(turn.steers)
             turn.steers.append(steer)  # acknowledged in its stream, or once it has ended
         except SteerRefused as refused:
             steer_ref = {"previous_response_id": target, "input": event.input}
@@ -295,7 +294,7 @@ class Connection:
             await self.send_error(exc, lane)
             return
         for steer in steers:
-            ref = {**steer.ref(), "input": steer.input}
+            ref = steer.failed_ref()
             await self._steer_failed(steer.target, ref, "successor_creation_failed", exc.message)
 
     async def _after_steers(self, turn: Turn, create: CreateRequest) -> tuple[CreateRequest | None, list[Steer]]:
@@ -312,7 +311,7 @@ class Connection:
         waiting = self.steering.ended[response.id].waiting
         if response.status not in ("completed", "incomplete"):
             for steer in steers:
-                ref = {**steer.ref(), "input": steer.input}
+                ref = steer.failed_ref()
                 await self._steer_failed(response.id, ref, "response_not_active", "The response did not end normally.")
             return None, []
         if waiting:  # it ended with calls: the steers wait for the create that answers them
@@ -320,9 +319,7 @@ class Connection:
                 try:
                     self.steering.queue(steer)
                 except SteerRefused as refused:
-                    await self._steer_failed(
-                        response.id, {**steer.ref(), "input": steer.input}, refused.code, refused.message
-                    )
+                    await self._steer_failed(response.id, steer.failed_ref(), refused.code, refused.message)
                     continue
                 await self._pending(steer, waiting)
             return None, []
