@@ -18,7 +18,7 @@ import msgspec
 
 from hotloop.config import Settings
 from hotloop.pipeline.prepare import start_turn
-from hotloop.pipeline.turn import TurnOptions
+from hotloop.pipeline.prepared import TurnOptions
 from hotloop.transports.app import build_service
 from hotloop.wire.request import decode_create
 

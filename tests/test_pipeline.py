@@ -16,7 +16,8 @@ from hotloop.errors import HotloopError, StoreUnavailable
 from hotloop.pipeline import background
 from hotloop.pipeline.admission.entry import admit
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.turn import Turn, TurnOptions
+from hotloop.pipeline.prepared import TurnOptions
+from hotloop.pipeline.turn import Turn
 from hotloop.transports.app import build_service
 from hotloop.wire.request import decode_create
 

@@ -32,7 +32,7 @@ async def start(service: Service, turn: Turn, *, stream: bool) -> Running:
     """Store the queued response, then generate it in a task that outlives the request (cancel: `stop`)."""
     owner = turn.session.owner
     turn.response.status = "queued"
-    await service.store.save(owner, turn.response, turn.new_items)
+    await service.store.save(owner, turn.response, turn.prepared.new_items)
     listeners: asyncio.Queue[Event | None] | None = asyncio.Queue() if stream else None
 
     async def run() -> None:
@@ -41,12 +41,12 @@ async def start(service: Service, turn: Turn, *, stream: bool) -> Running:
                 async for event in events:
                     if event.type == "response.in_progress":
                         # GET shows the response generating, not still queued (protocol.md §1.6).
-                        await service.store.save(owner, turn.response, turn.new_items)
+                        await service.store.save(owner, turn.response, turn.prepared.new_items)
                     if listeners is not None:
                         listeners.put_nowait(event)
         finally:
             if listeners is not None:
-                for event in turn.cancelled_events:
+                for event in turn.ending():
                     listeners.put_nowait(event)
                 listeners.put_nowait(None)
             service.background.pop(turn.response.id, None)

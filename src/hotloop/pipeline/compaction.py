@@ -20,13 +20,12 @@ the new input's characters / 4.
 
 from __future__ import annotations
 
-import contextlib
 from array import array
 from collections.abc import Sequence
 
 import msgspec
 
-from hotloop.backends.base import BackendError, Finished, GenerationRequest, TextDelta
+from hotloop.backends.base import GenerationRequest
 from hotloop.chat.compacted import carried, effective, kept_tail, kept_users
 from hotloop.chat.incremental import Rendered
 from hotloop.chat.specs import ToolSpec
@@ -35,11 +34,14 @@ from hotloop.ids import new_id
 from hotloop.models import Model
 from hotloop.pipeline.prompt import render_prompt
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.stall import BackendStalled, StallTimer
+from hotloop.observability.timings import StageTimings
+from hotloop.pipeline.generate import Generation, Outcome
 from hotloop.sealing import seal
-from hotloop.wire.items import Compaction, ContextItem, Message, OutputItem
+from hotloop.wire.builder import ResponseBuilder
+from hotloop.wire.events import Event
+from hotloop.wire.items import Compaction, ContextItem, Message, OutputItem, OutputText
 from hotloop.wire.request import CreateRequest
-from hotloop.wire.response import ErrorInfo, Usage
+from hotloop.wire.response import ErrorInfo, Response, Usage
 
 SUMMARY_INSTRUCTIONS = (
     "Summarize the conversation so far for your own later use: the goal, what was done, tool results that "
@@ -65,6 +67,24 @@ class Compacted(msgspec.Struct, frozen=True):
     rendered: Rendered | None
     items: list[ContextItem]  # the compacted context (models that take messages)
     usage: Usage  # the summary's generation
+
+
+class Step(msgspec.Struct, frozen=True):
+    """What compacting first leaves a turn: the compaction item's events and the summary's usage, or the failure
+    the turn ends with."""
+
+    events: list[Event] = msgspec.field(default_factory=list)
+    usage: Usage | None = None
+    failure: Outcome | None = None
+
+    def counted(self, outcome: Outcome) -> Outcome:
+        """The turn's outcome with the summary's generation counted: it is this response's work too."""
+        if self.usage is None:
+            return outcome
+        return msgspec.structs.replace(outcome, usage=self.usage.plus(outcome.usage))
+
+
+NO_STEP = Step()  # a turn that does not compact
 
 
 class CompactionFailed(Exception):
@@ -113,10 +133,11 @@ def _new_input(items: Sequence[ContextItem]) -> int:
 
 
 async def run(
-    service: Service, model: Model, request: CreateRequest, tools: Sequence[ToolSpec], plan: Plan, response_id: str
+    service: Service, model: Model, request: CreateRequest, tools: Sequence[ToolSpec], plan: Plan, response_id: str,
+    transport: str,
 ) -> Compacted:
     """Summarize, seal, and render the compacted context; raises `CompactionFailed` (the turn then fails)."""
-    summary, usage = await _summarize(service, model, request, plan, response_id)
+    summary, usage = await _summarize(service, model, request, plan, f"{response_id}_compaction", transport)
     users = kept_users(plan.history, budget_chars=plan.threshold)
     tail = kept_tail(plan.history, plan.new_items)
     sealed = seal(carried(summary, users, tail, plan.calls), service.secret)
@@ -132,7 +153,7 @@ async def run(
 
 
 async def _summarize(
-    service: Service, model: Model, request: CreateRequest, plan: Plan, response_id: str
+    service: Service, model: Model, request: CreateRequest, plan: Plan, generation_id: str, transport: str
 ) -> tuple[str, Usage]:
     instructions = (
         SUMMARY_INSTRUCTIONS if not request.instructions else f"{request.instructions}\n\n{SUMMARY_INSTRUCTIONS}"
@@ -144,7 +165,7 @@ async def _summarize(
         tool_choice="none",
         max_output_tokens=SUMMARY_MAX_TOKENS,
         metadata=dict(request.metadata or {}),
-        response_id=f"{response_id}_compaction",
+        response_id=generation_id,
     )
     if model.takes_messages:
         generation.items, generation.instructions = context, instructions
@@ -155,23 +176,27 @@ async def _summarize(
             )
         except HotloopError as exc:
             raise CompactionFailed(ErrorInfo(code="server_error", message=f"Could not compact: {exc}")) from None
-    return await _generate(model, generation, service.settings.backend_timeout_s)
+    return await _generate(service, model, generation, transport)
 
 
-async def _generate(model: Model, generation: GenerationRequest, timeout_s: float) -> tuple[str, Usage]:
-    text: list[str] = []
-    stall = StallTimer(timeout_s)
-    try:
-        async with contextlib.aclosing(model.backend.generate(generation)) as deltas:
-            while (delta := await stall.wait(anext(deltas, None))) is not None:
-                if isinstance(delta, TextDelta):
-                    text.append(delta.text)
-                elif isinstance(delta, Finished):
-                    prompt = len(generation.prompt_tokens) if delta.prompt_tokens is None else delta.prompt_tokens
-                    usage = Usage.of(prompt, delta.cached_tokens, delta.output_tokens, delta.reasoning_tokens)
-                    return "".join(text).strip(), usage
-    except (BackendError, BackendStalled) as exc:
-        raise CompactionFailed(ErrorInfo(code="server_error", message=f"Could not compact: {exc}")) from None
-    finally:
-        stall.close()
-    raise CompactionFailed(ErrorInfo(code="server_error", message="Could not compact: the model ended early."))
+async def _generate(service: Service, model: Model, generation: GenerationRequest, transport: str) -> tuple[str, Usage]:
+    """The summary's generation: the same stall-bounded loop as the answer's (generate.py), its events dropped
+    and its text read back from a scratch response."""
+    scratch = Response(id=generation.response_id or "compaction", created_at=0, model=model.id)
+    run = Generation(
+        model,
+        generation,
+        ResponseBuilder(scratch),
+        StageTimings(),
+        service.metrics,
+        service.settings.backend_timeout_s,
+        transport,
+    )
+    async for _ in run.events(None):
+        pass
+    outcome = run.result()
+    if outcome.status == "failed" or outcome.usage is None:
+        message = outcome.error.message if outcome.error is not None else "the model ended early."
+        raise CompactionFailed(ErrorInfo(code="server_error", message=f"Could not compact: {message}"))
+    text = "".join(part.text for item in scratch.output if isinstance(item, Message) for part in item.content if isinstance(part, OutputText))
+    return text.strip(), outcome.usage

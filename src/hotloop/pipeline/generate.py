@@ -77,6 +77,10 @@ class Generation:
         self.steers = steers if steers is not None else []
         self.outcome: Outcome | None = None
 
+    def result(self) -> Outcome:
+        """How the generation ended, once `events()` is done."""
+        return self.outcome or Outcome.failed("server_error", "The model backend failed.")
+
     async def prefill(self) -> Outcome:
         """A `generate: false` warmup: the prompt evaluated into the engine's cache, no output (§3.4)."""
         stall = StallTimer(self.timeout_s)

@@ -23,7 +23,8 @@ from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.context import ChainState, call_ids_of
 from hotloop.pipeline.state.session import Session
 from hotloop.pipeline.tools import ToolChoice, ToolSet, resolve_tool_choice, resolve_tools
-from hotloop.pipeline.turn import DEFAULT_OPTIONS, Prepared, Turn, TurnOptions
+from hotloop.pipeline.prepared import DEFAULT_OPTIONS, Prepared, TurnOptions
+from hotloop.pipeline.turn import Turn
 from hotloop.pipeline.validate import check_new_items, check_request
 from hotloop.safety import SafetyStates
 from hotloop.safety.stage import SafetyResult

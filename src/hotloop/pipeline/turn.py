@@ -1,55 +1,31 @@
-"""A turn once it is prepared (pipeline/prepare.py `start_turn`): `Turn.events()` streams the response's events:
-the opening ones, the generation's (pipeline/generate.py), then finishing (pipeline/finish.py: conversation,
-persist, cache, meter) before the terminal event leaves, so a stored response is readable once a client has seen
-it end.
+"""A turn once it is prepared (pipeline/prepare.py `start_turn`): `Turn.events()` streams the response's events
+as a sequence of steps: the opening events, compaction when the turn compacts (compaction.py), the generation
+(generate.py), then finishing (finish.py: conversation, persist, cache, meter) before the terminal event leaves,
+so a stored response is readable once a client has seen it end.
+
+From outside, a turn is steered (`steer`, pipeline/steering.py) and cut by a shutdown (`cut`, admission/drain.py);
+nothing else writes into it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass
-
-import msgspec
 
 from hotloop import sealing
-from hotloop.backends.base import GenerationRequest
-from hotloop.chat.incremental import Rendered
-from hotloop.models import Model
-from hotloop.observability.timings import StageTimings
 from hotloop.pipeline import compaction
 from hotloop.pipeline.finish import finish, finish_cancelled, log_finished
 from hotloop.pipeline.generate import BLOCKED, Generation, Outcome
+from hotloop.pipeline.prepared import Prepared, TurnOptions
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.state.context import ChainState
 from hotloop.pipeline.state.session import Lane, Session
-from hotloop.pipeline.steering import Steer
-from hotloop.pipeline.tools import ToolSet
-from hotloop.safety import SafetyResult
+from hotloop.pipeline.steering import Steer, check_room
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
-from hotloop.wire.items import Compaction, ContextItem
 from hotloop.wire.request import CreateRequest
-from hotloop.wire.response import ErrorInfo, Response, Usage
+from hotloop.wire.response import ErrorInfo, Response
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Prepared:
-    """What the pre-inference stages made of a request (pipeline/prepare.py): all a turn generates and finishes
-    from."""
-
-    request: CreateRequest
-    response: Response
-    parent: ChainState | None
-    new_items: list[ContextItem]
-    call_ids: frozenset[str]
-    model: Model
-    generation: GenerationRequest
-    rendered: Rendered | None
-    safety: SafetyResult
-    tools: ToolSet
-    timings: StageTimings
-    compaction: compaction.Plan | None = None  # the context is compacted first (`context_management`)
 
 
 class Turn:
@@ -58,132 +34,165 @@ class Turn:
     def __init__(self, service: Service, session: Session, prepared: Prepared, options: TurnOptions) -> None:
         self.service = service
         self.session = session
+        self.prepared = prepared
         self.options = options
-        self.lane = options.lane
-        self.request = prepared.request
-        self.response = prepared.response
-        self.parent = prepared.parent
-        self.new_items = prepared.new_items
-        self.call_ids = prepared.call_ids
-        self.model = prepared.model
-        self.generation = prepared.generation
-        self.rendered = prepared.rendered
-        self.safety = prepared.safety
-        self.tools = prepared.tools
-        self.timings = prepared.timings
-        self.compaction = prepared.compaction
-        # Steers accepted for this response (pipeline/steering.py); the first `steers_acked` were acknowledged in
-        # its own event sequence, any later one by the transport once the response has ended.
-        self.steers: list[Steer] = []
-        self.steers_acked = 0
         self.builder = ResponseBuilder(
-            self.response, options.stream_id, service.settings.reasoning_events, _sealer(service, self.request)
+            prepared.response, options.stream_id, service.settings.reasoning_events, _sealer(service, prepared.request)
         )
-        self.generate = self.request.generate is not False and not _prewarm(self.request)
-        self.cancelled_events: list[Event] = []
-        # Set by a graceful shutdown that cuts this turn (admission/drain.py): it then ends `failed`, not `cancelled`.
-        self.stop_error: ErrorInfo | None = None
+        self.generate = prepared.request.generate is not False and not _prewarm(prepared.request)
+        # Steers accepted for this response; the first `_acked` were acknowledged in its own event sequence.
+        self._steers: list[Steer] = []
+        self._acked = 0
+        self._stop: ErrorInfo | None = None  # a shutdown's cut: the turn ends `failed`, not `cancelled`
+        self._ending: list[Event] = []  # the events that ended a cancelled turn, until someone takes them
 
-    # -- the event stream ---------------------------------------------------------------------------------------
+    @property
+    def response(self) -> Response:
+        return self.prepared.response
+
+    @property
+    def lane(self) -> Lane:
+        return self.options.lane
+
+    # -- from outside ---------------------------------------------------------------------------------------------
+
+    def steer(self, steer: Steer) -> None:
+        """Steer the generating response: it stops at the next token boundary, and the steer is acknowledged in
+        its stream (or by `late_steers` once it has ended). Raises `SteerRefused` past `MAX_PENDING`."""
+        check_room(self._steers)
+        self._steers.append(steer)
+
+    @property
+    def steers(self) -> tuple[Steer, ...]:
+        return tuple(self._steers)
+
+    def late_steers(self) -> list[Steer]:
+        """The steers that came too late for the response's own stream; the transport acknowledges them."""
+        late = self._steers[self._acked :]
+        self._acked = len(self._steers)
+        return late
+
+    def cut(self, error: ErrorInfo) -> None:
+        """A graceful shutdown cuts this turn (admission/drain.py, which then cancels its task): it ends `failed`
+        with `error`, is stored and recorded, and its consumer still gets the terminal event."""
+        self._stop = error
+
+    def ending(self) -> list[Event]:
+        """The events that ended a cancelled turn, taken once (a background response's listener)."""
+        ending, self._ending = self._ending, []
+        return ending
+
+    # -- the event stream -----------------------------------------------------------------------------------------
 
     async def events(self, congested: Callable[[], bool] | None = None) -> AsyncGenerator[Event, None]:
         """Every event of the response, terminal last; never raises for backend faults (→ `response.failed`).
 
-        The opening events, the generation's (pipeline/generate.py), then finishing (pipeline/finish.py). One
-        generator around the generation's: each layer costs every event about half a microsecond.
+        One generator around the generation's: each layer costs every event about half a microsecond.
         `congested` (the transport's): while it is true, consecutive deltas of an item are merged (pipeline/merge.py).
         """
         gauge = self.service.metrics.in_flight.labels(self.options.transport)
         gauge.inc()
         self.service.drain.enter(self)
         try:
-            for event in self._opening():
-                yield event
-            summary: Usage | None = None
-            failure: Outcome | None = None
             try:
-                if self.compaction is not None and self.safety.verdict != "block" and self.generate:
-                    try:
-                        item, summary = await self._compact()
-                    except compaction.CompactionFailed as exc:
-                        failure = Outcome(status="failed", error=exc.error)
-                    else:
-                        for event in self.builder.add_item(item):
-                            yield event
+                for event in self._opening():
+                    yield event
+                step = await self._compact()
+                for event in step.events:
+                    yield event
                 generation = self._generation()
-                if failure is not None:
-                    outcome = failure
-                elif self.safety.verdict == "block":
-                    outcome = BLOCKED
-                    self.timings.add("generate", self.timings.since("inference"))  # every normal end has the stage
+                if step.failure is not None:
+                    outcome = step.failure
+                elif self.prepared.safety.verdict == "block":
+                    outcome = self._blocked()
                 elif not self.generate:
                     outcome = await generation.prefill()
                 else:
                     async for event in generation.events(congested):
                         yield event
-                    outcome = generation.outcome or Outcome.failed("server_error", "The model backend failed.")
-                if summary is not None:  # the summary's generation is this response's work too
-                    outcome = msgspec.structs.replace(outcome, usage=summary.plus(outcome.usage))
+                    outcome = generation.result()
+                outcome = step.counted(outcome)
             except (asyncio.CancelledError, GeneratorExit):
-                await asyncio.shield(finish_cancelled(self))
+                self._ending = await asyncio.shield(self._finish_cancelled())
                 raise
-            for steer in self.steers[self.steers_acked :]:  # acknowledged in order, before the terminal event
+            for steer in self.late_steers():  # acknowledged in order, before the terminal event
                 yield self.builder.steer_accepted(steer.id)
-                self.steers_acked += 1
-            for event in await finish(self, outcome):
+            for event in await self._finish(outcome):
                 yield event
-            log_finished(self)  # once the terminal event has left: the log line is not on the client's clock
+            log_finished(self.prepared, self.options)  # the terminal event has left: not on the client's clock
         except asyncio.CancelledError:
-            if self.stop_error is None:
+            if self._stop is None:
                 raise
             # A shutdown cut (admission/drain.py), not a departed client: the consumer still gets the terminal event.
             _uncancel()
-            ending, self.cancelled_events = self.cancelled_events, []  # delivered here, not by a listener too
-            for event in ending:
+            for event in self.ending():  # delivered here, not by a listener too
                 yield event
         finally:
             self.service.drain.leave(self)
             gauge.dec()
 
-    async def _compact(self) -> tuple[Compaction, Usage]:
-        """Compact the context (pipeline/compaction.py): the turn then generates on the compacted context, whose
-        prompt is the chain's rendered state; the item is the output's first."""
-        assert self.compaction is not None
-        with self.timings.stage("compact"):
-            done = await compaction.run(
-                self.service, self.model, self.request, self.tools.specs, self.compaction, self.response.id
-            )
-        self.generation.prompt_tokens = done.prompt
-        if self.model.takes_messages:
-            self.generation.items = done.items
-        self.rendered = done.rendered
-        return done.item, done.usage
+    # -- the steps ------------------------------------------------------------------------------------------------
+
+    def _opening(self) -> list[Event]:
+        builder, response = self.builder, self.prepared.response
+        if not response.background:
+            return [builder.created(), builder.in_progress()]
+        response.status = "queued"
+        opening = [builder.created(), builder.queued()]
+        response.status = "in_progress"
+        return [*opening, builder.in_progress()]
+
+    async def _compact(self) -> compaction.Step:
+        """When the turn compacts (compaction.py), the summary first: the turn then generates on the compacted
+        context, whose prompt is the chain's rendered state; the compaction item is the output's first."""
+        prepared = self.prepared
+        plan = prepared.compaction
+        if plan is None or prepared.safety.verdict == "block" or not self.generate:
+            return compaction.NO_STEP
+        request, model = prepared.request, prepared.model
+        try:
+            with prepared.timings.stage("compact"):
+                done = await compaction.run(
+                    self.service, model, request, prepared.tools.specs, plan, prepared.response.id, self.options.transport
+                )
+        except compaction.CompactionFailed as exc:
+            return compaction.Step(failure=Outcome(status="failed", error=exc.error))
+        prepared.generation.prompt_tokens = done.prompt
+        if model.takes_messages:
+            prepared.generation.items = done.items
+        self.prepared = dataclasses.replace(prepared, rendered=done.rendered)
+        return compaction.Step(events=self.builder.add_item(done.item), usage=done.usage)
 
     def _generation(self) -> Generation:
-        timings = self.timings
+        prepared = self.prepared
+        timings = prepared.timings
         # A compaction's summary is model time, not the API's own: it has its stage and is left out of this one.
         timings.add("pre_inference", timings.since("start") - timings.seconds.get("compact", 0.0))
         timings.mark("inference")
-        settings = self.service.settings
+        settings, service = self.service.settings, self.service
         return Generation(
-            self.model,
-            self.generation,
+            prepared.model,
+            prepared.generation,
             self.builder,
             timings,
-            self.service.metrics,
+            service.metrics,
             settings.backend_timeout_s,
             self.options.transport,
-            self.steers,
+            self._steers,
         )
 
-    def _opening(self) -> list[Event]:
-        builder = self.builder
-        if not self.response.background:
-            return [builder.created(), builder.in_progress()]
-        self.response.status = "queued"
-        opening = [builder.created(), builder.queued()]
-        self.response.status = "in_progress"
-        return [*opening, builder.in_progress()]
+    def _blocked(self) -> Outcome:
+        timings = self.prepared.timings
+        timings.add("generate", timings.since("inference"))  # every normal end has the stage
+        return BLOCKED
+
+    async def _finish(self, outcome: Outcome) -> list[Event]:
+        return await finish(self.service, self.session, self.prepared, self.options, self.builder, outcome)
+
+    async def _finish_cancelled(self) -> list[Event]:
+        return await finish_cancelled(
+            self.service, self.session, self.prepared, self.options, self.builder, self._stop
+        )
 
 
 def _sealer(service: Service, request: CreateRequest) -> Callable[[str], str] | None:
@@ -204,20 +213,3 @@ def _uncancel() -> None:
 def _prewarm(request: CreateRequest) -> bool:
     options = request.prompt_cache_options
     return bool(options and options.get("prewarm") is True)
-
-
-# -- pre-inference stages -----------------------------------------------------------------------------------------
-
-
-class TurnOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """How a transport runs a turn."""
-
-    websocket: bool = False
-    lane: Lane = None
-    stream_id: str | None = None
-    inband_errors: bool = False  # SSE: an `error` event precedes `response.failed` (protocol.md §2.9)
-    transport: str = "http"  # "http" | "sse" | "websocket": kept in the usage record and metrics
-    include_timings: bool = False  # header `x-responsesapi-include-timing-metrics: true`
-
-
-DEFAULT_OPTIONS = TurnOptions()

@@ -32,7 +32,8 @@ from hotloop.pipeline.objects.compact import compact
 from hotloop.pipeline.prepare import start_turn
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Session, owner_of
-from hotloop.pipeline.turn import Turn, TurnOptions
+from hotloop.pipeline.prepared import TurnOptions
+from hotloop.pipeline.turn import Turn
 from hotloop.transports.auth import authenticate
 from hotloop.transports.paging import page_params
 from hotloop.transports.sse import SendState, sse_response
@@ -230,7 +231,7 @@ async def count_input_tokens(request: Request) -> Response:
     service, session = http_session(request)
     create = decode_create(await read_body(request, service.settings.max_body_bytes))
     turn = await start_turn(service, session, create)
-    return JSONResponse({"object": "response.input_tokens", "input_tokens": len(turn.generation.prompt_tokens)})
+    return JSONResponse({"object": "response.input_tokens", "input_tokens": len(turn.prepared.generation.prompt_tokens)})
 
 
 async def compact_response(request: Request) -> Response:

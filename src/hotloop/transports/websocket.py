@@ -25,12 +25,12 @@ from hotloop.pipeline.steering import (
     Steer,
     Steering,
     SteerRefused,
-    check_room,
     new_steer,
     successor,
     with_steers,
 )
-from hotloop.pipeline.turn import Turn, TurnOptions
+from hotloop.pipeline.prepared import TurnOptions
+from hotloop.pipeline.turn import Turn
 from hotloop.transports.auth import authenticate, selected_subprotocol
 from hotloop.transports.http import error_response, wants_timings
 from hotloop.transports.ws_writer import FrameWriter
@@ -197,8 +197,7 @@ class Connection:
             if turn is None:
                 await self._pending(steer, self.steering.answer(steer))
                 return
-            check_room(turn.steers)
-            turn.steers.append(steer)  # acknowledged in its stream, or once it has ended
+            turn.steer(steer)  # acknowledged in its stream, or once it has ended
         except SteerRefused as refused:
             steer_ref = {"previous_response_id": target, "input": event.input}
             await self._steer_failed(target, steer_ref, refused.code, refused.message)
@@ -303,8 +302,8 @@ class Connection:
         response = turn.response
         steered = response.incomplete_details is not None and response.incomplete_details.reason == "steered"
         self.steering.end(response.id, response.status, response.output, steered=steered)
-        steers = turn.steers
-        for steer in steers[turn.steers_acked :]:
+        steers = list(turn.steers)
+        for steer in turn.late_steers():
             await self._steer_reply(SteerAccepted, response.id, steer=steer.ref())
         if not steers:
             return None, []

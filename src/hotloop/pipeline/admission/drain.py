@@ -1,7 +1,7 @@
 """Graceful shutdown, the transport-agnostic part: refuse new creates, track the turns generating, cut the rest.
 
 The server (transports/server.py) calls `begin()` on SIGTERM, waits for `turns` to empty within the grace period,
-then `cut()`s what is left: each remaining turn's task is cancelled with `stop_error` set, so the turn ends `failed`
+then `cut()`s what is left: each remaining turn is cut (`Turn.cut`) and its task cancelled, so the turn ends `failed`
 (`server_error`), is stored and recorded, and its consumer still gets the terminal event (`Turn.events`).
 """
 
@@ -19,7 +19,9 @@ SHUTDOWN_ERROR = ErrorInfo(
 
 
 class Cuttable(Protocol):
-    stop_error: ErrorInfo | None
+    """A generating turn, as the drain sees it."""
+
+    def cut(self, error: ErrorInfo) -> None: ...
 
 
 class Closable(Protocol):
@@ -56,7 +58,7 @@ class Drain:
         cut = 0
         for turn, task in list(self.turns.items()):
             if task is not None and not task.done():
-                turn.stop_error = SHUTDOWN_ERROR
+                turn.cut(SHUTDOWN_ERROR)
                 task.cancel()
                 cut += 1
         return cut

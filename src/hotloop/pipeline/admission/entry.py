@@ -20,7 +20,8 @@ from __future__ import annotations
 from hotloop.pipeline.prepare import start_turn
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Session
-from hotloop.pipeline.turn import DEFAULT_OPTIONS, Turn, TurnOptions
+from hotloop.pipeline.prepared import DEFAULT_OPTIONS, TurnOptions
+from hotloop.pipeline.turn import Turn
 from hotloop.wire.request import CreateRequest
 
 

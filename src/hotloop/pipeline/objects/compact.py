@@ -47,14 +47,15 @@ async def compact(service: Service, session: Session, request: CreateRequest) ->
         max_output_tokens=SUMMARY_MAX_TOKENS,
     )
     turn = await admit(service, session, summary_request)  # it generates: the drain and the rate limit apply
+    prepared = turn.prepared
     async for _ in turn.events():
         pass
     if turn.response.status not in ("completed", "incomplete"):
         raise ServerError("The model could not summarize the conversation.")
-    context: list[ContextItem] = [*(turn.parent.context if turn.parent else ()), *turn.new_items]
+    context: list[ContextItem] = [*(prepared.parent.context if prepared.parent else ()), *prepared.new_items]
     users = [item_to_builtins(item) for item in context if isinstance(item, Message) and item.role == "user"]
     summary = Compaction(encrypted_content=seal(output_text(turn.response.output), service.secret), id=new_id("cmp"))
-    usage = turn.response.usage or Usage.of(len(turn.generation.prompt_tokens), 0, 0)
+    usage = turn.response.usage or Usage.of(len(prepared.generation.prompt_tokens), 0, 0)
     return Compacted(
         id=new_id("cmp"), created_at=int(time.time()), output=[*users, item_to_builtins(summary)], usage=usage
     )
