@@ -14,7 +14,7 @@ from websockets.exceptions import InvalidStatus
 
 from conftest import RunningServer, start_server, stored_counts
 from hotloop.errors import RateLimited
-from hotloop.pipeline.admission.limits import PRUNE_FLOOR, ConnectionSlots, RateLimiter
+from hotloop.pipeline.state.limits import PRUNE_FLOOR, ConnectionSlots, RateLimiter
 from http_support import error_of, usage_record
 from wsutil import WS, final
 

@@ -15,8 +15,8 @@ from hotloop.config import Settings
 from hotloop.errors import HotloopError, StoreUnavailable
 from hotloop.pipeline import background
 from hotloop.pipeline.admission.entry import admit
-from hotloop.pipeline.service import Service
 from hotloop.pipeline.prepared import TurnOptions
+from hotloop.pipeline.service import Service
 from hotloop.pipeline.turn import Turn
 from hotloop.transports.app import build_service
 from hotloop.wire.request import decode_create
@@ -57,7 +57,7 @@ async def test_a_turn_and_its_continuation_on_a_lane(service: Service) -> None:
     second = await admit(
         service, session, _create(input="more", previous_response_id=first.response.id, store=False), options
     )
-    assert second.parent is not None and second.parent.response.id == first.response.id
+    assert second.prepared.parent is not None and second.prepared.parent.response.id == first.response.id
     assert (await _run(second))[-1]["response"]["previous_response_id"] == first.response.id
     assert service.renderer.stats.chain_hits == hits + 1
 

@@ -109,13 +109,13 @@ def test_every_resent_turn_renders_and_scans_as_a_fresh_server(pair: Pair) -> No
     hits = pair.warm.resent.hits
     for items in _history(6):
         warm, cold = pair.both(_body(items, store=False))
-        assert warm.generation.prompt_tokens.tolist() == cold.generation.prompt_tokens.tolist()
-        assert warm.safety.verdict == cold.safety.verdict == "flag"
-        assert warm.safety.findings == cold.safety.findings
+        assert warm.prepared.generation.prompt_tokens.tolist() == cold.prepared.generation.prompt_tokens.tolist()
+        assert warm.prepared.safety.verdict == cold.prepared.safety.verdict == "flag"
+        assert warm.prepared.safety.findings == cold.prepared.safety.findings
         assert warm.response.metadata == cold.response.metadata
-        assert warm.call_ids == cold.call_ids
-        assert warm.generation.calls_so_far == cold.generation.calls_so_far
-        assert [type(item) for item in warm.new_items] == [type(item) for item in cold.new_items]
+        assert warm.prepared.call_ids == cold.prepared.call_ids
+        assert warm.prepared.generation.calls_so_far == cold.prepared.generation.calls_so_far
+        assert [type(item) for item in warm.prepared.new_items] == [type(item) for item in cold.prepared.new_items]
     # Every turn after the first started from the one before it.
     assert pair.warm.resent.hits == hits + 6
     assert pair.cold.resent.hits == 0
@@ -129,7 +129,8 @@ def test_instructions_tools_or_model_changed_render_anew(pair: Pair) -> None:
     pair.prepare(pair.warm, _body(items))
     for changed in ({"instructions": "Be verbose."}, {"tools": []}, {"model": "hotloop-sim"}):
         warm, cold = pair.both({**_body([*items, {"role": "user", "content": "And?"}]), **changed})
-        assert warm.generation.prompt_tokens.tolist() == cold.generation.prompt_tokens.tolist(), changed
+        warm_prompt, cold_prompt = warm.prepared.generation.prompt_tokens, cold.prepared.generation.prompt_tokens
+        assert warm_prompt.tolist() == cold_prompt.tolist(), changed
         assert warm.response.tools == cold.response.tools
 
 
@@ -139,8 +140,8 @@ def test_an_edited_earlier_item_is_not_taken_for_the_history(pair: Pair) -> None
     pair.prepare(pair.warm, _body(items))
     edited = [*items[:2], {**items[2], "arguments": '{"cmd": "rm -rf /"}'}, *items[3:]]
     warm, cold = pair.both(_body(edited))
-    assert warm.generation.prompt_tokens.tolist() == cold.generation.prompt_tokens.tolist()
-    assert warm.new_items[2].arguments == '{"cmd": "rm -rf /"}'  # type: ignore[union-attr]
+    assert warm.prepared.generation.prompt_tokens.tolist() == cold.prepared.generation.prompt_tokens.tolist()
+    assert warm.prepared.new_items[2].arguments == '{"cmd": "rm -rf /"}'  # type: ignore[union-attr]
 
 
 @pytest.mark.fast
@@ -168,13 +169,13 @@ def test_stored_input_items_get_ids_of_their_own(pair: Pair) -> None:
     items = list(_history(2))[-1]
     first = pair.prepare(pair.warm, _body(items, store=True))
     again = pair.prepare(pair.warm, _body([*items, {"role": "user", "content": "Go on."}], store=True))
-    for before, after in zip(first.new_items, again.new_items, strict=False):
+    for before, after in zip(first.prepared.new_items, again.prepared.new_items, strict=False):
         sent = getattr(before, "id", None)
         if sent is not None and sent.startswith("fc_"):  # the client's own ids stay
             assert after.id == sent  # type: ignore[union-attr]
         else:  # ids hotloop gave: every stored request has its own
             assert after.id != before.id  # type: ignore[union-attr]
-    assert isinstance(again.new_items[-1], Message)
+    assert isinstance(again.prepared.new_items[-1], Message)
 
 
 @pytest.mark.fast
@@ -184,7 +185,7 @@ def test_one_key_never_starts_from_another_keys_history(pair: Pair) -> None:
     hits, misses = pair.warm.resent.hits, pair.warm.resent.misses
     warm, cold = pair.both(_body([*items, {"role": "user", "content": "Next."}]), owner="key-b")
     assert (pair.warm.resent.hits, pair.warm.resent.misses) == (hits, misses + 1)
-    assert warm.generation.prompt_tokens.tolist() == cold.generation.prompt_tokens.tolist()
+    assert warm.prepared.generation.prompt_tokens.tolist() == cold.prepared.generation.prompt_tokens.tolist()
 
 
 @pytest.mark.fast

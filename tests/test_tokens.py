@@ -17,9 +17,10 @@ from hotloop.chat.format import ChatFormat
 from hotloop.chat.incremental import INLINE, Encoder, PromptRenderer, TokenCache, probe_incremental, run_inline
 from hotloop.chat.messages import chat_messages, item_messages, system_message
 from hotloop.chat.reasoning import ReasoningPrompt, ReplayPolicy, replay_from
+from hotloop.chat.render import PromptBase
 from hotloop.models import Model
 from hotloop.pipeline import prepare as turn_module
-from hotloop.pipeline.prompt import PromptBase, render_prompt
+from hotloop.pipeline.prompt import render_prompt
 from hotloop.wire.items import ContextItem, FunctionCall, InputText, Message, Reasoning, ReasoningText
 from hotloop.wire.request import CreateRequest
 from test_render import TOOLS, conversations
@@ -102,10 +103,10 @@ def check_turns(model: Model, items: list[ContextItem], data: st.DataObject, ful
     renderer = PromptRenderer(TokenCache(1 << 20), encoder=INLINE)
     base: PromptBase | None = None
     for start, end in itertools.pairwise([0, *cuts, len(items)]):
-        prompt, state = run_inline(render_prompt(renderer, model, request, tools, base, items[start:end]))
+        prompt = run_inline(render_prompt(renderer, model, request, tools, base, items[start:end]))
         turn = items[:end]
-        assert prompt.tolist() == full(request.instructions, tools, turn), (start, end)
-        base = PromptBase(turn, state, model.chat)
+        assert prompt.tokens.tolist() == full(request.instructions, tools, turn), (start, end)
+        base = PromptBase(turn, prompt.state, model.chat)
     assert renderer.stats.fallbacks == 0
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from hotloop.backends.base import Backend
 from hotloop.chat.format import ChatFormat
 from hotloop.chat.reasoning import NO_REASONING, ReasoningPrompt
+from hotloop.chat.render import Style
 from hotloop.config import Settings, Upstream
 from hotloop.errors import ModelNotFound
 from hotloop.observability.metrics import KVReading, ReplicaReading
@@ -18,7 +19,7 @@ KNOWN_MODELS = (SMOLLM2, SIM)
 
 
 class Model:
-    __slots__ = ("backend", "chat", "context_window", "created", "id", "owned_by", "reasoning", "takes_messages")
+    __slots__ = ("backend", "chat", "context_window", "created", "id", "owned_by", "reasoning", "style")
 
     def __init__(
         self,
@@ -36,10 +37,15 @@ class Model:
         self.context_window = context_window
         self.created = int(time.time())
         self.owned_by = "hotloop"
-        # An upstream engine's chat API: the render stage hands over items, not tokens (backends/openai_chat.py).
-        self.takes_messages = takes_messages
         # How the prompts hotloop renders carry reasoning items back (chat/reasoning.py).
         self.reasoning = reasoning
+        # How its prompts are written (chat/render.py): the dialect, chosen once; an upstream engine's chat API
+        # (`takes_messages`) gets items, not tokens (backends/openai_chat.py).
+        self.style = Style.of(chat, reasoning, tokens=not takes_messages)
+
+    @property
+    def takes_messages(self) -> bool:
+        return not self.style.tokens
 
 
 class ModelRegistry:

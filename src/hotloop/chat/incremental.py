@@ -115,6 +115,7 @@ class Rendered:
         last: Chat,
         last_start: int,
         source: object = None,
+        reasoning: bool = False,
     ) -> None:
         self.system = system
         self.source = source  # what the system message was built from (instructions, offered tools)
@@ -126,7 +127,7 @@ class Rendered:
         self.last_start = last_start
         # Reasoning items are rendered in it (chat/reasoning.py): a `chain` policy drops them at the next user
         # message, which then renders in full.
-        self.reasoning = False
+        self.reasoning = reasoning
 
 
 class Encoder:
@@ -175,9 +176,10 @@ class PromptRenderer:
         self.encoder = encoder or Encoder()
 
     async def full(
-        self, fmt: ChatFormat, system: Chat | None, messages: list[Chat], source: object = None
+        self, fmt: ChatFormat, system: Chat | None, messages: list[Chat], source: object = None, reasoning: bool = False
     ) -> tuple[array[int], Rendered | None]:
-        """Token ids of the whole prompt, from cached messages where possible; the state for continuations.
+        """Token ids of the whole prompt, from cached messages where possible; the state for continuations
+        (`reasoning`: reasoning items are rendered in the messages).
 
         The first message is rendered alone and every later one after it; each is cached by content, the first
         one under its own key, so a client that resends its whole history tokenizes none of it again."""
@@ -217,14 +219,16 @@ class PromptRenderer:
             last=every[-1],
             last_start=last_start,
             source=source,
+            reasoning=reasoning,
         )
         return self._prompt(fmt, state), state
 
     async def extend(
-        self, fmt: ChatFormat, state: Rendered, replaced: Chat | None, messages: list[Chat]
+        self, fmt: ChatFormat, state: Rendered, replaced: Chat | None, messages: list[Chat], reasoning: bool = False
     ) -> tuple[array[int], Rendered] | None:
         """Continue `state` with new messages, rendering only them; `replaced` is the state's last message when
-        the first new message merged into it (that message is then rendered again). None: not incremental."""
+        the first new message merged into it (that message is then rendered again); `reasoning`: the new
+        messages render reasoning items. None: not incremental."""
         if not messages:
             self.stats.chain_hits += 1
             return self._prompt(fmt, state), state
@@ -253,6 +257,7 @@ class PromptRenderer:
             last=messages[-1],
             last_start=last_start,
             source=state.source,
+            reasoning=state.reasoning or reasoning,
         )
         return self._prompt(fmt, new), new
 

@@ -12,7 +12,7 @@ reasoning at all.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import msgspec
 
@@ -67,3 +67,20 @@ def think_block(item: Reasoning) -> str | None:
 def kept_any(items: Sequence[ContextItem], start: int) -> bool:
     """Whether any reasoning with text is at or after `start` (rendered into the prompt)."""
     return any(isinstance(item, Reasoning) and reasoning_text(item) for item in items[start:])
+
+
+class Replay(NamedTuple):
+    """Which reasoning of some items a prompt carries back."""
+
+    start: int | None  # the first item whose reasoning is rendered back (None: the prompt carries none)
+    kept: bool  # whether any reasoning with text is rendered back
+    user: bool  # whether a user message is among the items (a `chain` policy then forgets earlier reasoning)
+
+
+def replay(prompt: ReasoningPrompt, items: Sequence[ContextItem]) -> Replay:
+    """The reasoning of `items` that goes back to the model, as `prompt` says."""
+    user = last_user(items) >= 0
+    if prompt.form == "none":
+        return Replay(None, False, user)
+    start = replay_from(prompt.replay, items)
+    return Replay(start, kept_any(items, start), user)

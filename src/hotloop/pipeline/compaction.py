@@ -10,7 +10,7 @@ generates (`run`, from `Turn.events` after `response.in_progress`):
    user messages verbatim (newest first, within about N characters) and the new input with the calls it answers
    (chat/compacted.py).
 3. The turn generates on the compacted context: the kept user messages, the summary, the new input. That prompt
-   is the chain's rendered state, which its next turn extends (pipeline/prompt.py `base_of`), so an engine's
+   is the chain's rendered state, which its next turn extends (pipeline/prior.py `Chain.prompt_base`), so an engine's
    prefix cache misses once.
 
 Usage counts both generations. Without `compact_threshold` the threshold is `DEFAULT_SHARE` of the model's context
@@ -32,10 +32,10 @@ from hotloop.chat.specs import ToolSpec
 from hotloop.errors import HotloopError
 from hotloop.ids import new_id
 from hotloop.models import Model
-from hotloop.pipeline.prompt import render_prompt
-from hotloop.pipeline.service import Service
 from hotloop.observability.timings import StageTimings
 from hotloop.pipeline.generate import Generation, Outcome
+from hotloop.pipeline.prompt import render_prompt
+from hotloop.pipeline.service import Service
 from hotloop.sealing import seal
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
@@ -133,7 +133,12 @@ def _new_input(items: Sequence[ContextItem]) -> int:
 
 
 async def run(
-    service: Service, model: Model, request: CreateRequest, tools: Sequence[ToolSpec], plan: Plan, response_id: str,
+    service: Service,
+    model: Model,
+    request: CreateRequest,
+    tools: Sequence[ToolSpec],
+    plan: Plan,
+    response_id: str,
     transport: str,
 ) -> Compacted:
     """Summarize, seal, and render the compacted context; raises `CompactionFailed` (the turn then fails)."""
@@ -142,14 +147,11 @@ async def run(
     tail = kept_tail(plan.history, plan.new_items)
     sealed = seal(carried(summary, users, tail, plan.calls), service.secret)
     item = Compaction(encrypted_content=sealed, id=new_id("cmp"))
-    items = list(effective([item]))
-    if model.takes_messages:
-        return Compacted(item=item, prompt=array("i"), rendered=None, items=items, usage=usage)
     try:
-        prompt, rendered = await render_prompt(service.renderer, model, request, tools, None, [item])
+        prompt = await render_prompt(service.renderer, model, request, tools, None, [item])
     except HotloopError as exc:  # the compacted context itself does not fit the window
         raise CompactionFailed(ErrorInfo(code=exc.code or "context_length_exceeded", message=str(exc))) from None
-    return Compacted(item=item, prompt=prompt, rendered=rendered, items=items, usage=usage)
+    return Compacted(item=item, prompt=prompt.tokens, rendered=prompt.state, items=list(prompt.items), usage=usage)
 
 
 async def _summarize(
@@ -167,15 +169,11 @@ async def _summarize(
         metadata=dict(request.metadata or {}),
         response_id=generation_id,
     )
-    if model.takes_messages:
-        generation.items, generation.instructions = context, instructions
-    else:
-        try:
-            generation.prompt_tokens, _ = await render_prompt(
-                service.renderer, model, summary_request, (), None, context
-            )
-        except HotloopError as exc:
-            raise CompactionFailed(ErrorInfo(code="server_error", message=f"Could not compact: {exc}")) from None
+    try:
+        prompt = await render_prompt(service.renderer, model, summary_request, (), None, context)
+    except HotloopError as exc:
+        raise CompactionFailed(ErrorInfo(code="server_error", message=f"Could not compact: {exc}")) from None
+    generation.prompt_tokens, generation.items, generation.instructions = prompt.tokens, prompt.items, instructions
     return await _generate(service, model, generation, transport)
 
 
@@ -198,5 +196,11 @@ async def _generate(service: Service, model: Model, generation: GenerationReques
     if outcome.status == "failed" or outcome.usage is None:
         message = outcome.error.message if outcome.error is not None else "the model ended early."
         raise CompactionFailed(ErrorInfo(code="server_error", message=f"Could not compact: {message}"))
-    text = "".join(part.text for item in scratch.output if isinstance(item, Message) for part in item.content if isinstance(part, OutputText))
+    text = "".join(
+        part.text
+        for item in scratch.output
+        if isinstance(item, Message)
+        for part in item.content
+        if isinstance(part, OutputText)
+    )
     return text.strip(), outcome.usage

@@ -106,7 +106,7 @@ def meter(service: Service, session: Session, prepared: Prepared, options: TurnO
     """The usage record, the key's token window and the metrics of a finished response (off the event bytes)."""
     response, owner, timings = prepared.response, session.owner, prepared.timings
     service.ledger.record(record_for(response, owner, options.transport, timings.milliseconds()))
-    if response.usage is not None:  # the key's tokens-per-minute window (pipeline/admission/limits.py)
+    if response.usage is not None:  # the key's tokens-per-minute window (pipeline/state/limits.py)
         service.rate_limiter.charge(owner, response.usage.total_tokens)
     service.metrics.observe(timings)
     service.metrics.count_response(prepared.model.id, response.status, options.transport)

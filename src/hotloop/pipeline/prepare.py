@@ -7,26 +7,23 @@ admission (pipeline/admission/entry.py), which runs the drain, rate-limit and st
 from __future__ import annotations
 
 import time
-from array import array
 from typing import Any
 
 from hotloop.backends.base import GenerationRequest
-from hotloop.chat.compacted import effective
+from hotloop.chat.render import Prompt
 from hotloop.ids import new_id
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
 from hotloop.pipeline import compaction
 from hotloop.pipeline.inputs import Inputs, gather, match_resent, remember
-from hotloop.pipeline.objects import conversations
+from hotloop.pipeline.prepared import DEFAULT_OPTIONS, Prepared, TurnOptions
+from hotloop.pipeline.prior import Prior, conversation_id_of
 from hotloop.pipeline.prompt import render_prompt, too_long
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.state.context import ChainState, call_ids_of
 from hotloop.pipeline.state.session import Session
 from hotloop.pipeline.tools import ToolChoice, ToolSet, resolve_tool_choice, resolve_tools
-from hotloop.pipeline.prepared import DEFAULT_OPTIONS, Prepared, TurnOptions
 from hotloop.pipeline.turn import Turn
 from hotloop.pipeline.validate import check_new_items, check_request
-from hotloop.safety import SafetyStates
 from hotloop.safety.stage import SafetyResult
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import Response
@@ -47,33 +44,46 @@ async def start_turn(
     with timings.stage("validate"):
         check_request(request, websocket=options.websocket)
         model = service.models.resolve(request.model)
-        conversation_id = conversations.conversation_id_of(request)
+        conversation_id = conversation_id_of(request)
         resent = match_resent(service, session, request, conversation_id)
     with timings.stage("resolve"):
         inputs = await gather(service, session, request, conversation_id, resent)
+    prior, fresh = inputs.prior, inputs.fresh
     with timings.stage("validate"):
-        tools, choice, call_ids = _check_tools_and_items(service, request, inputs)
+        tools = _tools(prior, request)
+        choice = resolve_tool_choice(request.tool_choice, tools)
+        prior.check(fresh)
+        call_ids = check_new_items(fresh, prior.call_ids, service.secret, offset=prior.skip)
     # Rendered before the safety scan: a prompt too long for the window is refused from its length (`token_floor`)
     # or once the tokenizer (off the event loop, GIL released) has counted it, before regexes run over megabytes
     # of it on the GIL.
     with timings.stage("render"):
-        base, fresh = inputs.prompt_base(), inputs.prompted[inputs.skip :]
-        prompt, rendered = await render_prompt(service.renderer, model, request, tools.specs, base, fresh)
+        prompt = await render_prompt(service.renderer, model, request, tools.specs, prior.prompt_base(), fresh)
         compacting = _compaction(request, model, prompt, inputs)
     with timings.stage("safety"):
-        safety = await _scan(service, inputs)
-    chat, calls = model.chat, call_ids
-    remember(service, session, request, inputs, calls=calls, safety=safety, rendered=rendered, chat=chat, tools=tools)
+        scanned = await service.safety.scan_async(prior.safety_states(service.safety), fresh, service.tokenize_pool)
+        safety = prior.scanned(scanned)
+    remember(
+        service,
+        session,
+        request,
+        inputs,
+        calls=call_ids,
+        safety=safety,
+        rendered=prompt.state,
+        chat=model.chat,
+        tools=tools,
+    )
     response = _new_response(request, model, tools.echo, choice, conversation_id, safety)
     prepared = Prepared(
         request=request,
         response=response,
-        parent=inputs.parent,
+        parent=prior.parent,
         new_items=inputs.items,
         call_ids=call_ids,
         model=model,
-        generation=_generation(request, response, model, choice, prompt, inputs),
-        rendered=rendered,
+        generation=_generation(request, response, choice, prompt, inputs),
+        rendered=prompt.state,
         safety=safety,
         tools=tools,
         timings=timings,
@@ -82,55 +92,36 @@ async def start_turn(
     return Turn(service, session, prepared, options)
 
 
-def _compaction(request: CreateRequest, model: Model, prompt: array[int], inputs: Inputs) -> compaction.Plan | None:
+def _compaction(request: CreateRequest, model: Model, prompt: Prompt, inputs: Inputs) -> compaction.Plan | None:
     """The compaction this turn runs before it generates (`context_management`), if its prompt crosses the
     threshold."""
     if not request.context_management:
         return None
-    parent = inputs.parent
-    usage = parent.response.usage if parent is not None else None
-    parent_tokens = usage.total_tokens if usage is not None else 0
-    limit = compaction.crosses(request, model, len(prompt), inputs.items, parent_tokens)
+    prior = inputs.prior
+    size = len(prompt.tokens)
+    limit = compaction.crosses(request, model, size, inputs.items, prior.used_tokens)
     if limit is None:
-        if len(prompt) >= model.context_window and not model.takes_messages:
-            raise too_long(len(prompt), model.context_window)  # past the window and below the threshold
+        if size >= model.context_window:
+            raise too_long(size, model.context_window)  # past the window and below the threshold
         return None
-    context = [*(parent.context if parent is not None else inputs.history), *inputs.items]
-    return compaction.plan(limit, context, inputs.calls_in_context())
+    return compaction.plan(limit, [*prior.context, *inputs.fresh], inputs.calls_in_context())
 
 
-def _check_tools_and_items(
-    service: Service, request: CreateRequest, inputs: Inputs
-) -> tuple[ToolSet, ToolChoice, frozenset[str]]:
-    tools = _tools(request, inputs)
-    return tools, resolve_tool_choice(request.tool_choice, tools), _check_items(service, inputs)
-
-
-def _tools(request: CreateRequest, inputs: Inputs) -> ToolSet:
+def _tools(prior: Prior, request: CreateRequest) -> ToolSet:
     """The request's tools, validated once per chain (or resent history): again only when a request changes them."""
-    parent, resent = inputs.parent, inputs.resent
-    if parent is not None and parent.tools is not None and parent.request.tools == request.tools:
-        return parent.tools
-    if resent is not None and resent.tools == request.tools:
-        return resent.resolved_tools
-    return resolve_tools(request.tools)
-
-
-def _check_items(service: Service, inputs: Inputs) -> frozenset[str]:
-    """Check the items no earlier turn checked; the call ids known after them."""
-    parent, resent = inputs.parent, inputs.resent
-    known = parent.call_ids if parent is not None else resent.calls if resent else call_ids_of(inputs.history)
-    if inputs.history:
-        conversations.check_new_ids(inputs.history, inputs.items)
-    return check_new_items(inputs.fresh, known, service.secret, offset=inputs.skip)
+    tools = prior.tools(request.tools)
+    return tools if tools is not None else resolve_tools(request.tools)
 
 
 def _generation(
-    request: CreateRequest, response: Response, model: Model, choice: ToolChoice, prompt: array[int], inputs: Inputs
+    request: CreateRequest, response: Response, choice: ToolChoice, prompt: Prompt, inputs: Inputs
 ) -> GenerationRequest:
-    parent = inputs.parent
-    generation = GenerationRequest(
-        prompt_tokens=prompt,
+    parent = inputs.prior.parent
+    return GenerationRequest(
+        prompt_tokens=prompt.tokens,
+        # A model behind a chat API gets the whole conversation (it keeps no state), with the instructions.
+        items=prompt.items,
+        instructions=request.instructions,
         tools=list(choice.tools.specs) if choice.mode != "none" else [],
         tool_choice=choice.mode,
         forced_tool=choice.forced,
@@ -147,10 +138,6 @@ def _generation(
         response_id=response.id,
         previous_response_id=parent.response.id if parent is not None else None,
     )
-    if model.takes_messages:  # the engine gets the whole conversation (a chat API keeps no state)
-        generation.items = list(effective([*(parent.context if parent is not None else ()), *inputs.prompted]))
-        generation.instructions = request.instructions
-    return generation
 
 
 def _text_config(text: dict[str, Any] | None) -> dict[str, Any]:
@@ -163,24 +150,6 @@ def _text_config(text: dict[str, Any] | None) -> dict[str, Any]:
         # The echoed format always has `description` and `strict` (OR `JsonSchemaResponseFormat` requires them).
         config["format"] = {**fmt, "description": fmt.get("description"), "strict": fmt.get("strict") is True}
     return config
-
-
-async def _scan(service: Service, inputs: Inputs) -> SafetyResult:
-    """The safety scan of the new items; of a resent history, only what follows the earlier request's input."""
-    resent = inputs.resent
-    if resent is None:
-        states = _safety_states(service, inputs.parent)
-        return await service.safety.scan_async(states, inputs.items, service.tokenize_pool)
-    later = await service.safety.scan_async(resent.safety.states, inputs.fresh, service.tokenize_pool)
-    return resent.safety.then(later, inputs.skip)
-
-
-def _safety_states(service: Service, parent: ChainState | None) -> SafetyStates | None:
-    """The parent's classifier states; a chain loaded from the store has none in memory, so they are rebuilt once
-    from its context (the same states as turn-by-turn scanning: a secret seen before is not reported again)."""
-    if parent is None or parent.safety_states is not None or not service.safety.enabled:
-        return parent.safety_states if parent is not None else None
-    return service.safety.scan(None, parent.context).states
 
 
 def _new_response(

@@ -15,10 +15,10 @@ from hotloop.config import Settings
 from hotloop.metering.ledger import Ledger
 from hotloop.models import ModelRegistry
 from hotloop.observability.metrics import CacheSize, Metrics
-from hotloop.pipeline.admission.drain import Drain
-from hotloop.pipeline.admission.limits import ConnectionSlots, RateLimiter
 from hotloop.pipeline.resend import ResendCache
 from hotloop.pipeline.state.chain_cache import ChainCache
+from hotloop.pipeline.state.drain import Drain
+from hotloop.pipeline.state.limits import ConnectionSlots, RateLimiter
 from hotloop.pipeline.state.session import Lane, Session
 from hotloop.pipeline.state.state_lru import StateLRU
 from hotloop.safety import SafetyStage

@@ -3,7 +3,7 @@ as a sequence of steps: the opening events, compaction when the turn compacts (c
 (generate.py), then finishing (finish.py: conversation, persist, cache, meter) before the terminal event leaves,
 so a stored response is readable once a client has seen it end.
 
-From outside, a turn is steered (`steer`, pipeline/steering.py) and cut by a shutdown (`cut`, admission/drain.py);
+From outside, a turn is steered (`steer`, pipeline/steering.py) and cut by a shutdown (`cut`, state/drain.py);
 nothing else writes into it.
 """
 
@@ -25,7 +25,6 @@ from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import ErrorInfo, Response
-
 
 
 class Turn:
@@ -73,7 +72,7 @@ class Turn:
         return late
 
     def cut(self, error: ErrorInfo) -> None:
-        """A graceful shutdown cuts this turn (admission/drain.py, which then cancels its task): it ends `failed`
+        """A graceful shutdown cuts this turn (state/drain.py, which then cancels its task): it ends `failed`
         with `error`, is stored and recorded, and its consumer still gets the terminal event."""
         self._stop = error
 
@@ -123,7 +122,7 @@ class Turn:
         except asyncio.CancelledError:
             if self._stop is None:
                 raise
-            # A shutdown cut (admission/drain.py), not a departed client: the consumer still gets the terminal event.
+            # A shutdown cut (state/drain.py), not a departed client: the consumer still gets the terminal event.
             _uncancel()
             for event in self.ending():  # delivered here, not by a listener too
                 yield event
@@ -153,13 +152,17 @@ class Turn:
         try:
             with prepared.timings.stage("compact"):
                 done = await compaction.run(
-                    self.service, model, request, prepared.tools.specs, plan, prepared.response.id, self.options.transport
+                    self.service,
+                    model,
+                    request,
+                    prepared.tools.specs,
+                    plan,
+                    prepared.response.id,
+                    self.options.transport,
                 )
         except compaction.CompactionFailed as exc:
             return compaction.Step(failure=Outcome(status="failed", error=exc.error))
-        prepared.generation.prompt_tokens = done.prompt
-        if model.takes_messages:
-            prepared.generation.items = done.items
+        prepared.generation.prompt_tokens, prepared.generation.items = done.prompt, done.items
         self.prepared = dataclasses.replace(prepared, rendered=done.rendered)
         return compaction.Step(events=self.builder.add_item(done.item), usage=done.usage)
 
@@ -190,9 +193,7 @@ class Turn:
         return await finish(self.service, self.session, self.prepared, self.options, self.builder, outcome)
 
     async def _finish_cancelled(self) -> list[Event]:
-        return await finish_cancelled(
-            self.service, self.session, self.prepared, self.options, self.builder, self._stop
-        )
+        return await finish_cancelled(self.service, self.session, self.prepared, self.options, self.builder, self._stop)
 
 
 def _sealer(service: Service, request: CreateRequest) -> Callable[[str], str] | None:

@@ -30,9 +30,9 @@ from hotloop.pipeline.admission.entry import admit
 from hotloop.pipeline.objects import responses as stored
 from hotloop.pipeline.objects.compact import compact
 from hotloop.pipeline.prepare import start_turn
+from hotloop.pipeline.prepared import TurnOptions
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Session, owner_of
-from hotloop.pipeline.prepared import TurnOptions
 from hotloop.pipeline.turn import Turn
 from hotloop.transports.auth import authenticate
 from hotloop.transports.paging import page_params
@@ -231,7 +231,9 @@ async def count_input_tokens(request: Request) -> Response:
     service, session = http_session(request)
     create = decode_create(await read_body(request, service.settings.max_body_bytes))
     turn = await start_turn(service, session, create)
-    return JSONResponse({"object": "response.input_tokens", "input_tokens": len(turn.prepared.generation.prompt_tokens)})
+    return JSONResponse(
+        {"object": "response.input_tokens", "input_tokens": len(turn.prepared.generation.prompt_tokens)}
+    )
 
 
 async def compact_response(request: Request) -> Response:

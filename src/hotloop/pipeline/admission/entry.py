@@ -18,9 +18,9 @@ Whatever refuses a continuation, its parent is evicted from the requesting lane 
 from __future__ import annotations
 
 from hotloop.pipeline.prepare import start_turn
+from hotloop.pipeline.prepared import DEFAULT_OPTIONS, TurnOptions
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Session
-from hotloop.pipeline.prepared import DEFAULT_OPTIONS, TurnOptions
 from hotloop.pipeline.turn import Turn
 from hotloop.wire.request import CreateRequest
 

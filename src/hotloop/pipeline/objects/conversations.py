@@ -1,5 +1,5 @@
-"""The Conversations API (`/v1/conversations`) and a response's `conversation`: a stored, owner-scoped list of
-items that a response reads as its context and extends with its input and output once it has finished.
+"""The Conversations API (`/v1/conversations`): a stored, owner-scoped list of items that a response reads as its
+context (pipeline/prior.py `Conversation`) and extends with its input and output once it has finished.
 
 Unlike a `previous_response_id` chain, a conversation can be edited (items added or deleted), so its context is
 read from the store every turn, in one round trip, and rendered through the content-addressed token cache.
@@ -28,7 +28,7 @@ from hotloop.wire.conversations import (
     UpdateConversation,
 )
 from hotloop.wire.items import ContextItem, ItemReference, item_to_builtins
-from hotloop.wire.request import CreateRequest, decode_body
+from hotloop.wire.request import decode_body
 
 _create = msgspec.json.Decoder(CreateConversation)
 _update = msgspec.json.Decoder(UpdateConversation)
@@ -138,38 +138,3 @@ async def delete_item(service: Service, session: Session, conversation_id: str, 
 
 
 # -- a response's `conversation` --------------------------------------------------------------------------------
-
-
-def conversation_id_of(request: CreateRequest) -> str | None:
-    """`conversation` as a string id or `{"id": …}`; raises `InvalidParam` for anything else."""
-    value = request.conversation
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        value = value.get("id")
-    if not isinstance(value, str) or not value:
-        raise InvalidParam("conversation must be a conversation id or an object with an 'id'.", param="conversation")
-    return value
-
-
-def check_new_ids(history: list[ContextItem], new_items: list[ContextItem]) -> None:
-    """An input item may not reuse an id already in the conversation: checked before generating, since the items
-    are appended only once the response has finished."""
-    ids = {item_id for item in history if (item_id := getattr(item, "id", None)) is not None}
-    for index, item in enumerate(new_items):
-        if getattr(item, "id", None) in ids:
-            raise InvalidParam(
-                f"An item with id '{item.id}' is already in the conversation.",
-                param=f"input[{index}].id",
-                code="duplicate_item",
-            )
-
-
-async def context_of(service: Service, session: Session, conversation_id: str) -> list[ContextItem]:
-    """Every item of the conversation, oldest first, in one store round trip; 404 names `conversation`."""
-    items = await service.store.load_conversation(session.owner, conversation_id)
-    if items is None:
-        raise NotFound(
-            f"Conversation with id '{conversation_id}' not found.", param="conversation", code="conversation_not_found"
-        )
-    return items
