@@ -18,7 +18,7 @@ from websockets.sync.client import connect
 
 from conftest import RunningServer
 from hotloop.backends.base import Finished, GenerationRequest, TextDelta, ToolCallStart
-from hotloop.backends.llama import output_schema
+from hotloop.backends.output_schema import output_schema
 from hotloop.chat.specs import ToolSpec
 from schema import check_event, check_response
 

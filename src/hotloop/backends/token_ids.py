@@ -24,7 +24,7 @@ from typing import Any, Literal
 import msgspec
 
 from hotloop.backends.base import BackendError, Delta, Finished, GenerationRequest
-from hotloop.backends.llama import output_schema
+from hotloop.backends.output_schema import output_schema
 from hotloop.backends.prompt_json import PromptJSON
 from hotloop.backends.toolcalls.harmony import HarmonyParser
 from hotloop.backends.toolcalls.streaming import ToolParser, make_parser
