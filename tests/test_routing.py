@@ -1,4 +1,4 @@
-"""Replica routing (backends/routing.py) with real `hotloop sim-engine` processes behind one `tokens` upstream.
+"""Replica routing (backends/upstream/routing.py) with real `hotloop sim-engine` processes behind one `tokens` upstream.
 
 A chain sticks to the replica that served its previous turn (its prefix is cached there); new chains go to the
 least-loaded replica; when the sticky replica dies the turn fails over to a healthy one and the chain sticks there
@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from conftest import RunningServer, start_server
-from hotloop.backends.routing import Router
+from hotloop.backends.upstream.routing import Router
 from hotloop.config import Upstream
 from metrics_support import Scrape, scrape
 from simengine_support import SimEngineProcess

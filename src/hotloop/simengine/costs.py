@@ -6,7 +6,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from hotloop.backends.sim import _pack, _shared_prefix
+from hotloop.backends.sim.backend import _pack, _shared_prefix
 
 _TOKEN = array("i").itemsize
 

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from hotloop.backends.base import Delta, Finished, GenerationRequest
-from hotloop.backends.gguf import load_llama
-from hotloop.backends.kv_state import MIN_SNAPSHOT_TOKENS, KVStateCache, as_tokens, restore, save
+from hotloop.backends.local.gguf import load_llama
+from hotloop.backends.local.kv_state import MIN_SNAPSHOT_TOKENS, KVStateCache, as_tokens, restore, save
 from hotloop.backends.output_schema import output_schema
 from hotloop.backends.toolcalls.text import ToolCallParser
 from hotloop.observability.metrics import KVReading

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import msgspec
 
-from hotloop.backends import chat_messages as chat
 from hotloop.backends.base import GenerationRequest
+from hotloop.backends.upstream import chat_messages as chat
 from hotloop.lru import ByteLRU
 from hotloop.wire.items import ContextItem, Message, Reasoning
 
