@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 
 from hotloop.backends.base import Finished, GenerationRequest, TextDelta
-from hotloop.backends.gguf import smollm2_chat_format
-from hotloop.backends.llama import LlamaBackend
+from hotloop.backends.local.gguf import smollm2_chat_format
+from hotloop.backends.local.llama import LlamaBackend
 
 WORDS = tuple(
     "river valley stone harbor engine signal market garden winter copper lantern bridge orbit ledger canyon "  # noqa: SIM905

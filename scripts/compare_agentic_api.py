@@ -301,7 +301,7 @@ async def compare(
 
 def engine_chars_per_token() -> float:
     """Characters per token of the scenario's tool output in the engine's tokenizer (SmolLM2's), for sizing."""
-    from hotloop.backends.gguf import smollm2_chat_format
+    from hotloop.backends.local.gguf import smollm2_chat_format
 
     text = tool_text(424242, 40_000)
     return len(text) / max(1, len(smollm2_chat_format().tokenizer.encode(text)))

@@ -80,7 +80,7 @@ if [ "$ENGINE" = vllm ]; then
   wait_http "http://127.0.0.1:$ENGINE_PORT/v1/models" 300 || { tail -40 "$WORK/engine.log"; exit 1; }
 elif [ "$ENGINE" = llamacpp ]; then
   [ -x "${LLAMA_SERVER:-}" ] || { echo "LLAMA_SERVER must name a llama-server binary" >&2; exit 1; }
-  GGUF=${SMOKE_GGUF:-$(PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c 'from hotloop.backends.gguf import smollm2_path; print(smollm2_path())')}
+  GGUF=${SMOKE_GGUF:-$(PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c 'from hotloop.backends.local.gguf import smollm2_path; print(smollm2_path())')}
   if command -v nvidia-smi >/dev/null; then nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; fi
   TOKENIZER=""  # SmolLM2's own, which hotloop builds from the same GGUF
   UPSTREAM_MODEL="smollm2"

@@ -12,7 +12,8 @@ import pytest
 from conftest import start_server
 from hotloop.bench.clients import TIMING_EVENT, WsClient, kind_of
 from hotloop.bench.floor import due_times
-from hotloop.bench.load import LoadConfig, Session, largest_under, summarize
+from hotloop.bench.load import Session, largest_under, summarize
+from hotloop.bench.load_config import LoadConfig
 from hotloop.bench.recording import record_rollout
 from hotloop.bench.server_process import FloorProcess
 from hotloop.cli import main

@@ -27,12 +27,12 @@ from hotloop.backends.base import (
     ToolCallEnd,
     ToolCallStart,
 )
-from hotloop.backends.bpe import _cache_path
-from hotloop.backends.gguf import smollm2_chat_format, smollm2_path
+from hotloop.backends.local.bpe import _cache_path
+from hotloop.backends.local.gguf import smollm2_chat_format, smollm2_path
 from hotloop.backends.rust_tokenizer import RustTokenizer
-from hotloop.backends.token_ids import request_body
 from hotloop.backends.toolcalls.harmony import MARKERS, HarmonyParser
 from hotloop.backends.toolcalls.text import ToolCalls
+from hotloop.backends.upstream.tokens import request_body
 from hotloop.chat import harmony
 from hotloop.chat.format import ChatFormat
 from hotloop.chat.incremental import probe_incremental

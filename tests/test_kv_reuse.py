@@ -15,9 +15,9 @@ import pytest
 
 from conftest import RunningServer
 from hotloop.backends.base import Finished, GenerationRequest, TextDelta
-from hotloop.backends.gguf import smollm2_chat_format
-from hotloop.backends.kv_state import KVStateCache, Snapshot
-from hotloop.backends.llama import LlamaBackend
+from hotloop.backends.local.gguf import smollm2_chat_format
+from hotloop.backends.local.kv_state import KVStateCache, Snapshot
+from hotloop.backends.local.llama import LlamaBackend
 from metrics_support import scrape
 
 MODEL = "smollm2-135m"

@@ -17,8 +17,8 @@ import msgspec
 import pytest
 
 from conftest import RunningServer, start_server
-from hotloop.backends import chat_messages
 from hotloop.backends.base import GenerationRequest
+from hotloop.backends.upstream import chat_messages
 from hotloop.chat.specs import ToolSpec
 from hotloop.config import Settings, Upstream, load_settings
 from hotloop.models import build_registry
@@ -254,7 +254,7 @@ def test_unknown_or_bad_upstream_models_are_clear_errors() -> None:
 
 def test_llamacpp_chat_timings_are_the_engines_own_time() -> None:
     from hotloop.backends.base import Finished
-    from hotloop.backends.openai_chat import _StreamReader
+    from hotloop.backends.upstream.chat import _StreamReader
 
     reader = _StreamReader({})
     reader.feed(json.dumps({"choices": [{"delta": {"content": "hi"}, "finish_reason": None}]}))
@@ -267,7 +267,7 @@ def test_llamacpp_chat_timings_are_the_engines_own_time() -> None:
 def test_a_continuations_messages_are_its_parents_plus_its_new_items() -> None:
     """The incremental JSON equals a full conversion on every turn: parallel calls merging into the open assistant
     message, a fork from an older turn, new instructions."""
-    from hotloop.backends.chat_json import MessagesJSON
+    from hotloop.backends.upstream.chat_json import MessagesJSON
 
     def user(text: str) -> Message:
         return Message(role="user", content=[InputText(text=text)])
@@ -323,7 +323,7 @@ def test_reasoning_goes_back_as_the_engines_field(policy: str) -> None:
     """The reasoning of a tool loop reaches the engine on the assistant message after it (`reasoning_content` or
     `reasoning`); `chain` keeps only the chain since the last user message, `all` everything, `none` nothing. The
     incremental JSON equals the full conversion on every turn."""
-    from hotloop.backends.chat_json import MessagesJSON
+    from hotloop.backends.upstream.chat_json import MessagesJSON
     from hotloop.wire.items import Reasoning, ReasoningText
 
     def think(text: str) -> Reasoning:

@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from conftest import RunningServer, start_server
-from hotloop.backends.gguf import smollm2_path
+from hotloop.backends.local.gguf import smollm2_path
 from hotloop.config import Upstream
 from process_support import free_port, wait_healthy
 
@@ -35,8 +35,8 @@ class LlamaCppServer:
         self.port = free_port()
         self.log = log
         # llama_cpp.server's own entry point, behind hotloop's guard against llama.cpp's AMX kernels (they crash on
-        # some of CI's CPUs: backends/gguf.py).
-        launch = "from hotloop.backends.gguf import avoid_amx_kernels; avoid_amx_kernels(); import runpy; "
+        # some of CI's CPUs: backends/local/gguf.py).
+        launch = "from hotloop.backends.local.gguf import avoid_amx_kernels; avoid_amx_kernels(); import runpy; "
         launch += "runpy.run_module('llama_cpp.server', run_name='__main__')"
         command = [sys.executable, "-c", launch, "--model", str(smollm2_path()), "--port", str(self.port)]
         command += ["--n_ctx", str(ENGINE_CONTEXT), "--n_threads", "2", "--model_alias", "smollm2"]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from hotloop.backends.base import ToolCallDelta, ToolCallStart
-from hotloop.backends.gguf import smollm2_chat_format
+from hotloop.backends.local.gguf import smollm2_chat_format
 from hotloop.backends.toolcalls.text import ToolCallParser
 from hotloop.chat.format import ChatFormat
 from hotloop.chat.media import image_tokens

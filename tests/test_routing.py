@@ -1,4 +1,4 @@
-"""Replica routing (backends/routing.py) with real `hotloop sim-engine` processes behind one `tokens` upstream.
+"""Replica routing (backends/upstream/routing.py) with real `hotloop sim-engine` processes behind one `tokens` upstream.
 
 A chain sticks to the replica that served its previous turn (its prefix is cached there); new chains go to the
 least-loaded replica; when the sticky replica dies the turn fails over to a healthy one and the chain sticks there
@@ -9,7 +9,6 @@ directly (saturation, cooldown, the bounded memory).
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +16,7 @@ import httpx
 import pytest
 
 from conftest import RunningServer, start_server
-from hotloop.backends.routing import Router
+from hotloop.backends.upstream.routing import Router
 from hotloop.config import Upstream
 from metrics_support import Scrape, scrape
 from simengine_support import SimEngineProcess
@@ -140,8 +139,19 @@ def _until_output(response: httpx.Response) -> Iterator[str]:
 # -- the rules, without sockets -------------------------------------------------------------------------------
 
 
+class Clock:
+    """The router's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_router_rules() -> None:
-    router = Router("m", ["a", "b", "c"], max_in_flight=2, failures=2, cooldown_s=0.2, remembered=2)
+    clock = Clock()
+    router = Router("m", ["a", "b", "c"], max_in_flight=2, failures=2, cooldown_s=5.0, remembered=2, clock=clock)
     first, decision = router.choose(None)
     assert decision == "new"
     router.succeeded(first, "r1")
@@ -159,7 +169,9 @@ def test_router_rules() -> None:
     assert router.choose("r1")[1] == "sticky"  # one failure is not enough
     router.failed(first)
     assert router.choose("r1")[1] == "fallback" and not router.readings()[first.index].up
-    time.sleep(0.25)
+    clock.now += 4.0
+    assert router.choose("r1")[1] == "fallback"  # still cooling down
+    clock.now += 1.0
     assert router.choose("r1") == (first, "sticky")
     router.succeeded(first, "r2")
     assert first.failures == 0 and router.readings()[first.index].up
@@ -168,6 +180,7 @@ def test_router_rules() -> None:
     assert replica is not first and decision == "fallback"
     # All down: the one back up soonest is still tried (never no replica at all).
     for replica in router.replicas:
+        clock.now += 1.0  # each one down a second after the last
         router.failed(replica)
         router.failed(replica)
     assert router.choose(None)[0] is min(router.replicas, key=lambda r: r.down_until)

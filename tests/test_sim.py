@@ -21,7 +21,8 @@ from hotloop.backends.base import (
     ToolCallEnd,
     ToolCallStart,
 )
-from hotloop.backends.sim import SimBackend, SimSettings, example_for_schema
+from hotloop.backends.sim.backend import SimBackend, SimSettings
+from hotloop.backends.sim.schema_example import example_for_schema
 from hotloop.chat.specs import ToolSpec
 from schema import check_response
 

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from hotloop.backends.gguf import smollm2_chat_format
+from hotloop.backends.local.gguf import smollm2_chat_format
 from hotloop.simengine.costs import PrefixCache, prefill_ms
 from http_support import check_sequence, parse_sse
 from simengine_support import SimEngineProcess

@@ -11,7 +11,8 @@ import jsonschema
 import pytest
 
 from hotloop.backends.base import GenerationRequest, ToolCallDelta, ToolCallEnd, ToolCallStart
-from hotloop.backends.sim import SimBackend, SimSettings, command_field
+from hotloop.backends.sim.backend import SimBackend, SimSettings
+from hotloop.backends.sim.shell import command_field
 from hotloop.chat.specs import ToolSpec
 
 FAST = SimSettings(ttft_ms=0.0, tps=1_000_000.0, tool_calls=100)  # calls whatever `calls_so_far`

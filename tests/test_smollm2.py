@@ -18,7 +18,7 @@ from websockets.sync.client import connect
 
 from conftest import RunningServer
 from hotloop.backends.base import Finished, GenerationRequest, TextDelta, ToolCallStart
-from hotloop.backends.llama import output_schema
+from hotloop.backends.output_schema import output_schema
 from hotloop.chat.specs import ToolSpec
 from schema import check_event, check_response
 
@@ -290,7 +290,7 @@ async def test_backend_closing_the_stream_stops_the_thread(server: RunningServer
 def test_weights_stay_out_of_amx_buffers_on_an_amx_cpu(server: RunningServer) -> None:
     """llama.cpp's AMX kernels crash the process on some Sapphire Rapids machines (ggml-org/llama.cpp#20824): where
     the CPU has AMX, the model is loaded without extra buffer types; elsewhere with llama.cpp's default."""
-    from hotloop.backends.gguf import cpu_has_amx
+    from hotloop.backends.local.gguf import cpu_has_amx
 
     llama = server.service.models.resolve(MODEL).backend._llama
     assert llama.model_params.use_extra_bufts is not cpu_has_amx()

@@ -1,4 +1,4 @@
-"""The Rust BPE rebuilt from the GGUF (backends/bpe.py) gives exactly llama.cpp's token ids, run by fastokens (the
+"""The Rust BPE rebuilt from the GGUF (backends/local/bpe.py) gives exactly llama.cpp's token ids, run by fastokens (the
 served engine) and by Hugging Face tokenizers (the fallback): every proof below runs against both."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hotloop.backends.bpe import BPETokenizer, load_bpe
-from hotloop.backends.gguf import GGUFTokenizer, load_llama, smollm2_chat_format, smollm2_path
+from hotloop.backends.local.bpe import BPETokenizer, load_bpe
+from hotloop.backends.local.gguf import GGUFTokenizer, load_llama, smollm2_chat_format, smollm2_path
 from hotloop.backends.rust_tokenizer import LONG_TEXT
 
 pytestmark = pytest.mark.fast  # the fast tier: `make unit-fast`

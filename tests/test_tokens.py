@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import RunningServer
-from hotloop.backends.gguf import smollm2_chat_format
+from hotloop.backends.local.gguf import smollm2_chat_format
 from hotloop.chat.format import ChatFormat
 from hotloop.chat.incremental import INLINE, Encoder, PromptRenderer, TokenCache, probe_incremental, run_inline
 from hotloop.chat.messages import chat_messages, item_messages, system_message

@@ -22,10 +22,10 @@ import pytest
 
 from conftest import RunningServer, start_server
 from hotloop.backends.base import TextDelta, ToolCallDelta, ToolCallEnd, ToolCallStart
-from hotloop.backends.bpe import _cache_path
-from hotloop.backends.gguf import load_llama, smollm2_chat_format, smollm2_path
-from hotloop.backends.token_ids import request_body
+from hotloop.backends.local.bpe import _cache_path
+from hotloop.backends.local.gguf import load_llama, smollm2_chat_format, smollm2_path
 from hotloop.backends.toolcalls.streaming import make_parser
+from hotloop.backends.upstream.tokens import request_body
 from hotloop.chat.specs import ToolSpec
 from hotloop.config import Settings, Upstream
 from hotloop.models import build_registry
@@ -244,7 +244,7 @@ def _read(reader: Any, chunks: list[dict[str, Any]]) -> str:
 
 
 def test_sglang_reader_takes_cumulative_or_incremental_text() -> None:
-    from hotloop.backends.token_ids import _SGLangReader
+    from hotloop.backends.upstream.tokens import _SGLangReader
 
     cumulative = [{"text": "ab"}, {"text": "abab"}, {"text": "ababc", "meta_info": {"finish_reason": {"type": "stop"}}}]
     assert _read(_SGLangReader(make_parser("none", [], True), 3), cumulative) == "ababc"
@@ -256,7 +256,7 @@ def test_sglang_reader_takes_cumulative_or_incremental_text() -> None:
 
 def test_llamacpp_timings_are_the_engines_own_time() -> None:
     from hotloop.backends.base import Finished
-    from hotloop.backends.token_ids import _LlamaCppReader
+    from hotloop.backends.upstream.tokens import _LlamaCppReader
 
     reader = _LlamaCppReader(make_parser("none", [], True), 3)
     final = {"content": "", "stop": True, "timings": {"cache_n": 2, "prompt_ms": 1.5, "predicted_ms": 40.25}}
@@ -269,8 +269,8 @@ def test_llamacpp_timings_are_the_engines_own_time() -> None:
 
 
 def test_vllm_abort_is_a_failure_not_an_answer() -> None:
-    from hotloop.backends.token_ids import _VLLMReader
-    from hotloop.backends.upstream import Retryable
+    from hotloop.backends.upstream.client import Retryable
+    from hotloop.backends.upstream.tokens import _VLLMReader
 
     reader = _VLLMReader(make_parser("none", [], True), 3)
     with pytest.raises(Retryable, match="aborted"):
@@ -396,7 +396,7 @@ def test_a_continuation_encodes_only_its_new_ids() -> None:
     """The prompt's JSON is its parent's plus the new ids; a prompt that does not extend its parent is encoded whole."""
     from array import array
 
-    from hotloop.backends.prompt_json import PromptJSON
+    from hotloop.backends.upstream.prompt_json import PromptJSON
 
     prompts = PromptJSON()
     first = array("i", range(1000))

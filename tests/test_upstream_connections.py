@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from hotloop.backends.base import Finished, GenerationRequest, TextDelta
-from hotloop.backends.gguf import smollm2_chat_format
-from hotloop.backends.token_ids import TokensBackend
+from hotloop.backends.local.gguf import smollm2_chat_format
+from hotloop.backends.upstream.tokens import TokensBackend
 from hotloop.config import Upstream
 
 CHUNKS = [

@@ -18,7 +18,7 @@ class Upstream(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A served model that another engine runs (docs/backends.md): one `[upstreams.<name>]` table."""
 
     backend: Literal["openai-chat", "tokens"] = "openai-chat"
-    # One base URL (ending in /v1 for the OpenAI-style APIs); `urls`: several replicas (backends/routing.py).
+    # One base URL (ending in /v1 for the OpenAI-style APIs); `urls`: several replicas (backends/upstream/routing.py).
     url: str = ""
     urls: list[str] = msgspec.field(default_factory=list)
     upstream_model: str = ""  # the engine's name for the model (default: the served name)
@@ -36,7 +36,8 @@ class Upstream(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # How `reasoning.effort` reaches the engine: its `reasoning_effort` (vLLM with gpt-oss, OpenAI), Qwen3-style
     # `chat_template_kwargs.enable_thinking` (off only for effort "none"), Ollama's `think`, or not at all.
     reasoning_effort: Literal["reasoning_effort", "enable_thinking", "think", "off"] = "reasoning_effort"
-    # `tokens` (backends/token_ids.py): the engine's token-ID API, the tokenizer and template, the tool-call format.
+    # `tokens` (backends/upstream/tokens.py): the engine's token-ID API, the tokenizer and template, the tool-call
+    # format.
     dialect: Literal["vllm", "sglang", "llamacpp"] = "vllm"
     tokenizer: str = ""  # a tokenizer.json or a model directory; empty: SmolLM2's
     chat_template: str = ""  # a Jinja file; empty: the tokenizer's directory's (tokenizer_config.json)

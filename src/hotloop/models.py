@@ -40,7 +40,7 @@ class Model:
         # How the prompts hotloop renders carry reasoning items back (chat/reasoning.py).
         self.reasoning = reasoning
         # How its prompts are written (chat/render.py): the dialect, chosen once; an upstream engine's chat API
-        # (`takes_messages`) gets items, not tokens (backends/openai_chat.py).
+        # (`takes_messages`) gets items, not tokens (backends/upstream/chat.py).
         self.style = Style.of(chat, reasoning, tokens=not takes_messages)
 
     @property
@@ -65,7 +65,7 @@ class ModelRegistry:
         return iter(self._models.values())
 
     def kv_readings(self) -> list[KVReading]:
-        """KV state reuse of the in-process models (backends/kv_state.py), for /metrics."""
+        """KV state reuse of the in-process models (backends/local/kv_state.py), for /metrics."""
         out: list[KVReading] = []
         for model in self._models.values():
             reading = getattr(model.backend, "kv_reading", None)
@@ -74,7 +74,7 @@ class ModelRegistry:
         return out
 
     def replica_readings(self) -> list[ReplicaReading]:
-        """Routing counts and health of every upstream replica (backends/routing.py), for /metrics."""
+        """Routing counts and health of every upstream replica (backends/upstream/routing.py), for /metrics."""
         out: list[ReplicaReading] = []
         for model in self._models.values():
             router = getattr(model.backend, "router", None)
@@ -89,8 +89,8 @@ class ModelRegistry:
 
 def build_registry(settings: Settings) -> ModelRegistry:
     """Load the configured models; raises `ValueError` for an unknown name."""
-    from hotloop.backends.gguf import smollm2_chat_format
-    from hotloop.backends.sim import SimBackend, SimSettings
+    from hotloop.backends.local.gguf import smollm2_chat_format
+    from hotloop.backends.sim.backend import SimBackend, SimSettings
     from hotloop.chat.incremental import probe_incremental
 
     shadowed = [name for name in settings.upstreams if name in KNOWN_MODELS]
@@ -125,7 +125,7 @@ def build_registry(settings: Settings) -> ModelRegistry:
         window = settings.sim_context_window
         models[SIM] = Model(SIM, SimBackend(sim), chat, context_window=window, reasoning=thinker)
     if SMOLLM2 in settings.models:
-        from hotloop.backends.llama import LlamaBackend
+        from hotloop.backends.local.llama import LlamaBackend
 
         backend = LlamaBackend(
             n_ctx=settings.llama_n_ctx,
@@ -161,8 +161,8 @@ def _check_upstream(name: str, upstream: Upstream) -> None:
 
 def _upstream_model(name: str, upstream: Upstream, chat: ChatFormat) -> Model:
     if upstream.backend == "tokens":
-        from hotloop.backends.hf_format import load_chat_format
-        from hotloop.backends.token_ids import TokensBackend
+        from hotloop.backends.upstream.hf_format import load_chat_format
+        from hotloop.backends.upstream.tokens import TokensBackend
         from hotloop.chat.incremental import probe_incremental
 
         # hotloop renders and tokenizes with the model's own format, incrementally per chain (chat/incremental.py).
@@ -170,7 +170,7 @@ def _upstream_model(name: str, upstream: Upstream, chat: ChatFormat) -> Model:
         probe_incremental(fmt)
         reasoning = ReasoningPrompt(form=upstream.reasoning_parser, replay=upstream.reasoning_replay)
         return Model(name, TokensBackend(name, upstream, fmt), fmt, upstream.context_window, reasoning=reasoning)
-    from hotloop.backends.openai_chat import OpenAIChatBackend
+    from hotloop.backends.upstream.chat import OpenAIChatBackend
 
     # `chat` is not used to render for an upstream (its engine has its own template); every Model has one.
     engine = OpenAIChatBackend(name, upstream)

@@ -39,7 +39,7 @@ class GenerationRequest(msgspec.Struct, kw_only=True):
     # (the chain's context, then this turn's new items), and the request's instructions.
     items: Sequence[ContextItem] = ()
     instructions: str | None = None
-    # The chain's identity, for replica routing (backends/routing.py): this response, and the one it continues.
+    # The chain's identity, for replica routing (backends/upstream/routing.py): this response, and the one it continues.
     response_id: str = ""
     previous_response_id: str | None = None
 

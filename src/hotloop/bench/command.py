@@ -16,7 +16,7 @@ from hotloop.bench.scenario import HISTORY_SHAPES
 from hotloop.config import Upstream, available_cores
 
 if TYPE_CHECKING:
-    from hotloop.bench.load import LoadConfig
+    from hotloop.bench.load_config import LoadConfig
     from hotloop.bench.progress import Progress
     from hotloop.bench.recording import Recording
 
@@ -371,7 +371,7 @@ def _run_load(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
 
 
 def _load_config(args: argparse.Namespace, count: int) -> LoadConfig:
-    from hotloop.bench.load import LoadConfig
+    from hotloop.bench.load_config import LoadConfig
 
     return LoadConfig(
         connections=count,

@@ -36,7 +36,7 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 OPENING = frozenset({"response.created", "response.queued", "response.in_progress"})
-SLEEP_MIN_S = 0.0005  # hotloop-sim does not sleep for less (backends/sim.py)
+SLEEP_MIN_S = 0.0005  # hotloop-sim does not sleep for less (backends/sim/backend.py)
 _encode = msgspec.json.Encoder().encode
 
 

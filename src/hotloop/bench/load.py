@@ -16,9 +16,10 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from hotloop.bench.agent_loop import AgentLoopConfig, model_ms, request_fields, run_rollout
+from hotloop.bench.agent_loop import model_ms, run_rollout
 from hotloop.bench.chars import chars_per_token
 from hotloop.bench.clients import BenchError, WsClient
+from hotloop.bench.load_config import LoadConfig, loop_config, session_fields
 from hotloop.bench.progress import Progress
 from hotloop.bench.scenario import Rollout
 from hotloop.bench.stats import median, percentile, ratio
@@ -29,23 +30,6 @@ if TYPE_CHECKING:
 ERRORS_KEPT = 10  # distinct error messages kept in the result
 
 
-@dataclass(frozen=True)
-class LoadConfig:
-    connections: int = 200
-    turns: int = 20
-    tps: float = 1000.0
-    ttft_ms: float = 20.0
-    tool_ms: float = 50.0
-    context_tokens: int = 10_000
-    ramp_s: float = 1.0
-    rollouts: int = 1  # rollouts per connection, one after another (more turns for the percentiles)
-    store: bool = False
-    turn_timeout_s: float = 60.0
-    idle_s: float = 2.0  # the server's CPU is first measured this long with no traffic (0: not measured)
-    # --upstream: the agent-loop fields that put an upstream engine in hotloop-sim's place (model, upstream, ...).
-    upstream: dict[str, Any] = field(default_factory=dict)
-
-
 @dataclass
 class Session:
     index: int
@@ -54,23 +38,6 @@ class Session:
     server_ms: list[float] = field(default_factory=list)
     ttft_ms: list[float] = field(default_factory=list)
     error: str | None = None
-
-
-def loop_config(config: LoadConfig) -> AgentLoopConfig:
-    return AgentLoopConfig(
-        turns=config.turns,
-        context_tokens=config.context_tokens,
-        tps=config.tps,
-        tool_ms=config.tool_ms,
-        ttft_ms=config.ttft_ms,
-        modes=("ws",),
-        **config.upstream,
-    )
-
-
-def session_fields(config: LoadConfig) -> dict[str, Any]:
-    """The fields every request of a session carries (model, instructions, tools, pacing, store)."""
-    return {**request_fields(loop_config(config)), "store": config.store}
 
 
 def server_share(timings: dict[str, Any] | None) -> float | None:

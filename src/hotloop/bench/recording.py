@@ -16,7 +16,7 @@ import msgspec
 from hotloop.bench.agent_loop import run_rollout
 from hotloop.bench.chars import chars_per_token
 from hotloop.bench.clients import TERMINAL, WsClient, kind_of
-from hotloop.bench.load import LoadConfig, loop_config, session_fields
+from hotloop.bench.load_config import LoadConfig, loop_config, session_fields
 from hotloop.bench.progress import Progress
 from hotloop.bench.scenario import Rollout
 

@@ -21,12 +21,12 @@ import asyncio
 import hashlib
 import math
 from array import array
-from collections import OrderedDict
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import Executor
 from typing import Any, TypeVar, cast
 
 from hotloop.chat.format import Chat, ChatFormat
+from hotloop.lru import ByteLRU
 
 T = TypeVar("T")
 # Texts at least this long (characters, all of a render's texts together) are encoded on a worker thread: about
@@ -51,14 +51,12 @@ class RenderStats:
         self.fallbacks = 0  # renders that could not be incremental (template not prefix-stable)
 
 
-class TokenCache:
-    """Content-addressed token ids of rendered messages, LRU, bounded in bytes."""
+class TokenCache(ByteLRU[bytes, "array[int]"]):
+    """Content-addressed token ids of rendered messages, LRU, bounded in bytes; `evictions` counts the entries
+    dropped for space (the metric hotloop_cache_evictions_total)."""
 
     def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self.evictions = 0  # entries dropped for space (the metric hotloop_cache_evictions_total)
-        self._entries: OrderedDict[bytes, array[int]] = OrderedDict()
+        super().__init__(max_bytes, _cached_bytes)
 
     @staticmethod
     def key(fmt: ChatFormat, message: Chat, first: bool = False) -> bytes | None:
@@ -74,25 +72,13 @@ class TokenCache:
         digest.update(message["content"].encode())
         return digest.digest()
 
-    def get(self, key: bytes) -> array[int] | None:
-        tokens = self._entries.get(key)
-        if tokens is not None:
-            self._entries.move_to_end(key)
-        return tokens
+    def put(self, key: bytes, value: array[int]) -> None:
+        """A message's ids never change: a key already held keeps its entry (and its place)."""
+        self.add(key, value)
 
-    def put(self, key: bytes, tokens: array[int]) -> None:
-        size = len(tokens) * 4 + _ENTRY_OVERHEAD
-        if size > self.max_bytes or key in self._entries:
-            return
-        self._entries[key] = tokens
-        self.bytes += size
-        while self.bytes > self.max_bytes:
-            _, evicted = self._entries.popitem(last=False)
-            self.bytes -= len(evicted) * 4 + _ENTRY_OVERHEAD
-            self.evictions += 1
 
-    def __len__(self) -> int:
-        return len(self._entries)
+def _cached_bytes(tokens: array[int]) -> int:
+    return len(tokens) * 4 + _ENTRY_OVERHEAD
 
 
 class Rendered:

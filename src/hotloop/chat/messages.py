@@ -129,7 +129,8 @@ def _item_message(item: ContextItem, param: str, think: bool) -> tuple[str, str]
 
 
 def compaction_text(item: Compaction) -> str:
-    """A compaction as a user message: a marker, then the summary sealed in it (backends/chat_messages.py too)."""
+    """A compaction as a user message: a marker, then the summary sealed in it (also for chat APIs:
+    backends/upstream/chat_messages.py)."""
     summary = sealing.peek(item.encrypted_content)
     return "[earlier conversation, compacted]" + ("\n" + summary if summary else "")
 

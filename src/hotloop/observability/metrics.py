@@ -35,7 +35,7 @@ SizeReading = Callable[[], dict[str, CacheSize]]
 
 
 class ReplicaReading(NamedTuple):
-    """One upstream replica (backends/routing.py): health, load and routing decisions so far."""
+    """One upstream replica (backends/upstream/routing.py): health, load and routing decisions so far."""
 
     model: str
     replica: str
@@ -48,7 +48,7 @@ ReplicaReadings = Callable[[], list[ReplicaReading]]
 
 
 class KVReading(NamedTuple):
-    """An in-process model's KV state reuse (backends/kv_state.py), counted per prompt since start."""
+    """An in-process model's KV state reuse (backends/local/kv_state.py), counted per prompt since start."""
 
     model: str
     live: int  # prompts that reused a prefix left in the context by the previous request

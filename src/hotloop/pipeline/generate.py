@@ -156,7 +156,7 @@ class Generation:
             self.metrics.backend_failures.labels("timeout").inc()
             return Outcome.failed("server_error", str(exc))
         self.metrics.backend_failures.labels("error").inc()
-        if isinstance(exc, BackendError):  # an upstream engine's failure, with its code (backends/openai_chat.py)
+        if isinstance(exc, BackendError):  # an upstream engine's failure, with its code (backends/upstream/chat.py)
             log.warning("backend failed for %s: %s", response_id, exc)
             return Outcome.failed(exc.code, str(exc))
         log.error("generation failed for %s", response_id, exc_info=exc)

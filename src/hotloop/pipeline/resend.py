@@ -18,9 +18,9 @@ from typing import Any
 
 import msgspec
 
-from hotloop.backends.lru import ByteLRU
 from hotloop.chat.format import ChatFormat
 from hotloop.chat.incremental import Rendered
+from hotloop.lru import ByteLRU
 from hotloop.pipeline.normalize import assign_ids, normalize_input, reissue_ids
 from hotloop.pipeline.tools import ToolSet
 from hotloop.safety.stage import SafetyResult
@@ -126,7 +126,7 @@ class ResendCache:
     """The recent histories of each key, under one byte bound (`resend_cache_bytes`; 0 keeps none)."""
 
     def __init__(self, max_bytes: int) -> None:
-        self._lru: ByteLRU[list[Resent]] = ByteLRU(max_bytes, _size)
+        self._lru: ByteLRU[str, list[Resent]] = ByteLRU(max_bytes, _size)
         self.hits = 0  # requests that took over an earlier request's work
         self.misses = 0  # requests that could have (a list input of at least MIN_ITEMS items) but found none
 
@@ -150,7 +150,8 @@ class ResendCache:
         key = _key(owner, raw) if self._lru.max_bytes else None
         if key is None:
             return None
-        found = max((entry for entry in self._lru.get(key) or () if entry.starts(raw)), key=_length, default=None)
+        # peek: the turn that matched is remembered after it ends, which makes its key the most recent then.
+        found = max((entry for entry in self._lru.peek(key) or () if entry.starts(raw)), key=_length, default=None)
         self.hits, self.misses = self.hits + (found is not None), self.misses + (found is None)
         return found
 
@@ -160,7 +161,7 @@ class ResendCache:
         if key is None:
             return
         # A history this one extends is the same session's earlier turn: superseded.
-        kept = [old for old in self._lru.get(key) or () if old is not extends and not old.starts(entry.raw)]
+        kept = [old for old in self._lru.peek(key) or () if old is not extends and not old.starts(entry.raw)]
         self._lru.put(key, [entry, *kept[: PER_KEY - 1]])
 
 

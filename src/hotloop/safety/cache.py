@@ -10,9 +10,11 @@ holds; it holds no secret (only fingerprints and redacted excerpts, what finding
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
+
+from hotloop.lru import ByteLRU
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 
@@ -52,45 +54,47 @@ class ScanCache:
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         if max_bytes < 0:
             raise ValueError(f"cache size must be >= 0, got {max_bytes}")
-        self.max_bytes = max_bytes
-        self.bytes = 0  # the estimated bytes held by the entries
+        self._lru: ByteLRU[bytes, tuple[Any, int]] = ByteLRU(max_bytes, itemgetter(1))  # key -> (result, size)
         self.hits = 0
         self.misses = 0
-        self.evictions = 0
-        self._entries: OrderedDict[bytes, tuple[Any, int]] = OrderedDict()  # key -> (result, size)
+
+    @property
+    def max_bytes(self) -> int:
+        return self._lru.max_bytes
+
+    @property
+    def evictions(self) -> int:
+        return self._lru.evictions
 
     @property
     def enabled(self) -> bool:
-        return self.max_bytes > 0
+        return self._lru.max_bytes > 0
 
     def get(self, key: bytes) -> tuple[bool, Any]:
         """(True, result) on a hit, which becomes the most recently used; (False, None) on a miss."""
-        entry = self._entries.get(key)
+        entry = self._lru.get(key)
         if entry is None:
             self.misses += 1
             return False, None
         self.hits += 1
-        self._entries.move_to_end(key)
         return True, entry[0]
 
     def put(self, key: bytes, result: Any, size: int) -> None:
-        """Store `result` (about `size` bytes besides the entry's overhead), evicting the least recently used."""
-        size += ENTRY_OVERHEAD
-        if size > self.max_bytes or key in self._entries:
-            return
-        self._entries[key] = (result, size)
-        self.bytes += size
-        while self.bytes > self.max_bytes:
-            _, (_, evicted) = self._entries.popitem(last=False)
-            self.bytes -= evicted
-            self.evictions += 1
+        """Store `result` (about `size` bytes besides the entry's overhead), evicting the least recently used; a key
+        already held keeps its result (the same texts, classifier and version give the same one)."""
+        self._lru.add(key, (result, size + ENTRY_OVERHEAD))
 
     def __contains__(self, key: bytes) -> bool:
-        return key in self._entries
+        return key in self._lru
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._lru)
 
     def values(self) -> list[Any]:
         """The cached results, least recently used first (for tests and debugging)."""
-        return [result for result, _ in self._entries.values()]
+        return [result for result, _ in self._lru.values()]
+
+    @property
+    def bytes(self) -> int:
+        """The estimated bytes held by the entries (last in the class: the name shadows the `bytes` type)."""
+        return self._lru.bytes

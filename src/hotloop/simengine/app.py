@@ -19,7 +19,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hotloop.backends.base import Delta, Finished
-from hotloop.backends.sim import SimFault
+from hotloop.backends.sim.backend import SimFault
 from hotloop.ids import new_id
 from hotloop.simengine import requests as req
 from hotloop.simengine.engine import Engine, Override, current_record

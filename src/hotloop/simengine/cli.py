@@ -66,7 +66,7 @@ def run_sim_engine(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from hotloop.backends.gguf import smollm2_chat_format
+    from hotloop.backends.local.gguf import smollm2_chat_format
     from hotloop.backends.rust_tokenizer import RustTokenizer
     from hotloop.chat.format import ChatFormat
     from hotloop.simengine.app import build_app

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from hotloop.backends.sim import _pack, _shared_prefix
-
-_TOKEN = array("i").itemsize
+from hotloop.backends.sim.packed import longest_prefix, pack
 
 
 class PrefixCache:
@@ -20,21 +17,14 @@ class PrefixCache:
 
     def match(self, tokens: Sequence[int]) -> int:
         """Tokens of `tokens` an earlier prompt covers from the start, and remember `tokens` (most recent)."""
-        packed = _pack(tokens)
-        best = 0
-        for seen in reversed(self._prompts):  # newest first: a continuation's parent usually covers most
-            size = len(seen) // _TOKEN
-            if size <= best:
-                continue
-            best = size if packed.startswith(seen) else max(best, _shared_prefix(seen, packed, best))
-            if best == len(packed) // _TOKEN:
-                break
+        packed = pack(tokens)
+        best = longest_prefix(packed, reversed(self._prompts))  # newest first: a continuation's parent covers most
         self._remember(packed)
         return best
 
     def remember(self, tokens: Sequence[int]) -> None:
         """Keep `tokens` as a cached prefix (a prompt and what it generated)."""
-        self._remember(_pack(tokens))
+        self._remember(pack(tokens))
 
     def _remember(self, packed: bytes) -> None:
         if self.entries == 0:

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from hotloop.backends.base import Delta, Finished, GenerationRequest
-from hotloop.backends.sim import FAULT_KEY, SimBackend, SimSettings
+from hotloop.backends.sim.backend import FAULT_KEY, SimBackend, SimSettings
 from hotloop.chat.format import ChatFormat
 from hotloop.simengine.costs import PrefixCache, prefill_ms
 from hotloop.simengine.scan import PromptScans

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from hotloop.backends.base import Delta, Finished
-from hotloop.backends.sim import SimFault
+from hotloop.backends.sim.backend import SimFault
 from hotloop.chat.messages import chat_messages
 from hotloop.errors import HotloopError, InvalidParam
 from hotloop.ids import new_id

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import msgspec
 
 from hotloop.backends.base import Delta, Finished, ReasoningDelta, TextDelta, ToolCallDelta, ToolCallStart
-from hotloop.backends.sim import SimFault
+from hotloop.backends.sim.backend import SimFault
 from hotloop.ids import new_id
 from hotloop.simengine.writers import TextWriter, writer
 

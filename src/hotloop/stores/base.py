@@ -7,16 +7,12 @@ from typing import Literal, Protocol
 
 import msgspec
 
-from hotloop.metering.records import UsageRecord, UsageTotals
+from hotloop.metering.records import UsageRecord
 from hotloop.stores.conversations import ConversationStore
+from hotloop.stores.pages import ItemPage, UsagePage
 from hotloop.stores.retention import Sweepable
 from hotloop.wire.items import ContextItem
 from hotloop.wire.response import Response
-
-
-class ItemPage(msgspec.Struct):
-    items: list[ContextItem]
-    has_more: bool
 
 
 class Chain(msgspec.Struct):
@@ -24,14 +20,6 @@ class Chain(msgspec.Struct):
 
     response: Response
     context: list[ContextItem]
-
-
-class UsagePage(msgspec.Struct):
-    """A page of one owner's usage records, oldest first, and the totals of every record the query selects."""
-
-    records: list[UsageRecord]
-    has_more: bool
-    totals: UsageTotals
 
 
 class Store(Sweepable, ConversationStore, Protocol):

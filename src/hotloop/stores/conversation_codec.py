@@ -8,8 +8,8 @@ from collections.abc import Iterable
 import msgspec
 
 from hotloop.errors import InvalidParam
-from hotloop.stores.base import ItemPage
 from hotloop.stores.codec import ItemRow, decode_item, encode, item_rows
+from hotloop.stores.pages import ItemPage
 from hotloop.wire.conversations import Conversation
 from hotloop.wire.items import ContextItem
 

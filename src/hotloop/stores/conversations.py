@@ -3,13 +3,11 @@ owned by one API key. Every store (SQLite, Redis, PostgreSQL) implements it next
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
+from hotloop.stores.pages import ItemPage
 from hotloop.wire.conversations import Conversation
 from hotloop.wire.items import ContextItem
-
-if TYPE_CHECKING:
-    from hotloop.stores.base import ItemPage
 
 
 class ConversationStore(Protocol):

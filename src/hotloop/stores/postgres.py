@@ -21,9 +21,10 @@ import asyncpg
 
 from hotloop.metering.records import UsageRecord, UsageTotals
 from hotloop.stores import postgres_sql as sql
-from hotloop.stores.base import Chain, ItemPage, UsagePage
+from hotloop.stores.base import Chain
 from hotloop.stores.codec import chain_from_rows, decode_item, encode, encode_response, usage_record
 from hotloop.stores.health import Health
+from hotloop.stores.pages import ItemPage, UsagePage
 from hotloop.stores.postgres_conversations import PostgresConversations
 from hotloop.stores.retention import (
     Background,

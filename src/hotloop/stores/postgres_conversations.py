@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
 
-from hotloop.stores.base import ItemPage
 from hotloop.stores.codec import ItemRow, decode_item
 from hotloop.stores.conversation_codec import (
     conversation_of,
@@ -17,6 +16,7 @@ from hotloop.stores.conversation_codec import (
     page_of,
     unique_rows,
 )
+from hotloop.stores.pages import ItemPage
 from hotloop.wire.conversations import Conversation
 from hotloop.wire.items import ContextItem
 

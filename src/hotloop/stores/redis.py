@@ -20,9 +20,10 @@ from redis.backoff import NoBackoff
 
 from hotloop.metering.records import UsageRecord, UsageTotals
 from hotloop.stores import redis_lua
-from hotloop.stores.base import Chain, ItemPage, UsagePage
+from hotloop.stores.base import Chain
 from hotloop.stores.codec import decode_blob, encode, encode_blob, encode_response, usage_decoder
 from hotloop.stores.health import Health
+from hotloop.stores.pages import ItemPage, UsagePage
 from hotloop.stores.redis_conversations import RedisConversations
 from hotloop.stores.retention import (
     Background,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from hotloop.stores.base import ItemPage
 from hotloop.stores.codec import decode_blob, encode_blob
 from hotloop.stores.conversation_codec import (
     conversation_of,
@@ -14,6 +13,7 @@ from hotloop.stores.conversation_codec import (
     encode_metadata,
     unique_rows,
 )
+from hotloop.stores.pages import ItemPage
 from hotloop.wire.conversations import Conversation
 from hotloop.wire.items import ContextItem
 

@@ -21,8 +21,9 @@ from typing import Any, Literal, TypeVar
 
 from hotloop.errors import StoreUnavailable
 from hotloop.metering.records import UsageRecord, UsageTotals
-from hotloop.stores.base import Chain, ItemPage, UsagePage
+from hotloop.stores.base import Chain
 from hotloop.stores.codec import ItemRow, chain_from_rows, decode_item, encode, encode_response, usage_record
+from hotloop.stores.pages import ItemPage, UsagePage
 from hotloop.stores.retention import Background, DeletionHandler, GapHandler, Retention
 from hotloop.stores.sqlite_conversations import CONVERSATION_SCHEMA, SQLiteConversations
 from hotloop.wire.items import ContextItem

@@ -7,7 +7,6 @@ import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from hotloop.stores.base import ItemPage
 from hotloop.stores.codec import ItemRow, decode_item
 from hotloop.stores.conversation_codec import (
     conversation_of,
@@ -16,6 +15,7 @@ from hotloop.stores.conversation_codec import (
     page_of,
     unique_rows,
 )
+from hotloop.stores.pages import ItemPage
 from hotloop.wire.conversations import Conversation
 from hotloop.wire.items import ContextItem
 

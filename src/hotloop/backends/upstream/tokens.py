@@ -12,7 +12,7 @@ Dialects (the request and the streamed chunks; the URL is the server's base):
   cached prompt tokens in `timings.cache_n` (or `tokens_cached`).
 
 The HTTP side (pooled client, replicas, retries before the first token, error mapping) is
-`upstream.UpstreamBackend`'s.
+`client.UpstreamBackend`'s.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from typing import Any, Literal
 import msgspec
 
 from hotloop.backends.base import BackendError, Delta, Finished, GenerationRequest
-from hotloop.backends.llama import output_schema
-from hotloop.backends.prompt_json import PromptJSON
+from hotloop.backends.output_schema import output_schema
 from hotloop.backends.toolcalls.harmony import HarmonyParser
 from hotloop.backends.toolcalls.streaming import ToolParser, make_parser
 from hotloop.backends.toolcalls.text import ToolCalls
 from hotloop.backends.toolcalls.thinking import OPEN, ThinkParser
-from hotloop.backends.upstream import Retryable, UpstreamBackend, engine_ms, mid_stream_error
+from hotloop.backends.upstream.client import Retryable, UpstreamBackend, engine_ms, mid_stream_error
+from hotloop.backends.upstream.prompt_json import PromptJSON
 from hotloop.chat.format import ChatFormat
 from hotloop.config import Upstream
 

@@ -1,7 +1,7 @@
 """`openai-chat`: a served model that another engine runs, through its /v1/chat/completions (docs/backends.md).
 
 Streams with `stream_options.include_usage` so prompt and cached tokens come from the engine. The HTTP side
-(pooled client, replicas, retries before the first token, error mapping) is `upstream.UpstreamBackend`'s.
+(pooled client, replicas, retries before the first token, error mapping) is `client.UpstreamBackend`'s.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 import msgspec
 
-from hotloop.backends import chat_messages as chat
 from hotloop.backends.base import (
     BackendError,
     Delta,
@@ -23,8 +22,9 @@ from hotloop.backends.base import (
     ToolCallEnd,
     ToolCallStart,
 )
-from hotloop.backends.chat_json import MessagesJSON
-from hotloop.backends.upstream import Retryable, UpstreamBackend, engine_ms, mid_stream_error
+from hotloop.backends.upstream import chat_messages as chat
+from hotloop.backends.upstream.chat_json import MessagesJSON
+from hotloop.backends.upstream.client import Retryable, UpstreamBackend, engine_ms, mid_stream_error
 from hotloop.chat.specs import ToolSpec
 from hotloop.config import Upstream
 

@@ -6,14 +6,14 @@ the response id each replica served is remembered (a bounded LRU) and the contin
 request, the least-loaded healthy replica takes it (`fallback`); a chain with no remembered replica goes to the
 least-loaded healthy one too (`new`), ties taken in turn so that idle replicas share new chains. `failures`
 failures in a row mark a replica down for `cooldown_s`; after it the replica is tried again, and a success heals it.
-No I/O: the backend reports each attempt's start, end and outcome.
+No I/O and no clock of its own: the backend reports each attempt's start, end and outcome; `clock` tells the time.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 from hotloop.observability.metrics import ReplicaReading
@@ -32,7 +32,7 @@ class Replica:
         self.url = url
         self.in_flight = 0
         self.failures = 0  # in a row
-        self.down_until = 0.0  # time.monotonic() before which the replica is down
+        self.down_until = 0.0  # the router's clock reading before which the replica is down
         self.routes: dict[str, int] = dict.fromkeys(DECISIONS, 0)
 
     def up(self, now: float) -> bool:
@@ -49,8 +49,10 @@ class Router:
         failures: int = 2,
         cooldown_s: float = 5.0,
         remembered: int = REMEMBERED,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.model = model
+        self.clock = clock  # seconds; injected so that a cooldown can be tested without waiting for it
         self.replicas = [Replica(index, url) for index, url in enumerate(urls)]
         self.max_in_flight = max_in_flight
         self.failures = max(1, failures)
@@ -61,7 +63,7 @@ class Router:
 
     def choose(self, previous_id: str | None, tried: frozenset[int] = frozenset()) -> tuple[Replica, Decision]:
         """The replica for an attempt (and counts the decision); `tried`: replicas this request already failed on."""
-        now = time.monotonic()
+        now = self.clock()
         index = self._served.get(previous_id) if previous_id is not None else None
         if index is not None and index not in tried:
             replica = self.replicas[index]
@@ -109,10 +111,10 @@ class Router:
         """The replica failed (unreachable, 5xx, stalled, died mid-stream); enough in a row take it down."""
         replica.failures += 1
         if replica.failures >= self.failures:
-            replica.down_until = time.monotonic() + self.cooldown_s
+            replica.down_until = self.clock() + self.cooldown_s
 
     def readings(self) -> list[ReplicaReading]:
-        now = time.monotonic()
+        now = self.clock()
         return [
             ReplicaReading(self.model, replica.url, replica.up(now), replica.in_flight, dict(replica.routes))
             for replica in self.replicas

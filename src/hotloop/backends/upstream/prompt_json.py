@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from hotloop.backends.lru import ByteLRU
+from hotloop.lru import ByteLRU
 
 _encode = msgspec.json.encode
 _Entry = tuple["array[int]", bytes]  # the prompt's ids, their JSON
@@ -26,7 +26,7 @@ def _size(entry: _Entry) -> int:
 class PromptJSON:
     def __init__(self, max_bytes: int = 32 << 20) -> None:
         self.reused = 0  # prompts encoded from a parent's JSON (tests read it)
-        self._entries: ByteLRU[_Entry] = ByteLRU(max_bytes, _size)
+        self._entries: ByteLRU[str, _Entry] = ByteLRU(max_bytes, _size)
 
     @property
     def stored_bytes(self) -> int:
@@ -41,7 +41,8 @@ class PromptJSON:
         return msgspec.Raw(text)
 
     def _extend(self, ids: array[int], parent_id: str | None) -> bytes | None:
-        entry = self._entries.get(parent_id)
+        # peek: the parent is superseded by the prompt remembered next, so a lookup does not keep it longer.
+        entry = self._entries.peek(parent_id) if parent_id else None
         if entry is None:
             return None
         known, text = entry

@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from hotloop.backends.base import Delta, Finished, GenerationRequest
-from hotloop.backends.gguf import load_llama
-from hotloop.backends.kv_state import MIN_SNAPSHOT_TOKENS, KVStateCache, as_tokens, restore, save
+from hotloop.backends.local.gguf import load_llama
+from hotloop.backends.local.kv_state import MIN_SNAPSHOT_TOKENS, KVStateCache, as_tokens, restore, save
+from hotloop.backends.output_schema import output_schema
 from hotloop.backends.toolcalls.text import ToolCallParser
 from hotloop.observability.metrics import KVReading
 
@@ -42,39 +43,6 @@ DEFAULT_KV_CACHE_BYTES = 256 * 1024 * 1024
 
 class _Cancelled(Exception):
     pass
-
-
-def output_schema(request: GenerationRequest) -> dict[str, Any] | None:
-    """The JSON schema the answer must follow, if any: a call for `tool_choice` required (or a forced tool), else
-    the `json_schema` / `json_object` text format when no tools are offered. None: free text."""
-    if request.tools and request.tool_choice == "required":
-        branches = []
-        for spec in request.tools:
-            if request.forced_tool is not None and spec.name != request.forced_tool:
-                continue
-            key = "input" if spec.kind == "custom" else "arguments"
-            value: dict[str, Any] = (
-                {"type": "string"} if spec.kind == "custom" else spec.parameters or {"type": "object"}
-            )
-            branches.append(
-                {
-                    "type": "object",
-                    "properties": {"name": {"const": spec.prompt_name}, key: value},
-                    "required": ["name", key],
-                }
-            )
-        if branches:
-            return branches[0] if len(branches) == 1 else {"anyOf": branches}
-        return None
-    if request.tools:
-        return None
-    fmt = request.text_format
-    if fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), dict):
-        schema: dict[str, Any] = fmt["schema"]
-        return schema
-    if fmt.get("type") == "json_object":
-        return {"type": "object"}
-    return None
 
 
 def _grammar(request: GenerationRequest) -> Any:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import msgspec
 
-from hotloop.backends import chat_messages as chat
 from hotloop.backends.base import GenerationRequest
-from hotloop.backends.lru import ByteLRU
+from hotloop.backends.upstream import chat_messages as chat
+from hotloop.lru import ByteLRU
 from hotloop.wire.items import ContextItem, Message, Reasoning
 
 _encode = msgspec.json.encode
@@ -37,7 +37,7 @@ class MessagesJSON:
     def __init__(self, max_bytes: int = 32 << 20, replay: chat.Replay = chat.DEFAULT_REPLAY) -> None:
         self.reused = 0  # conversations built on a parent's messages (tests read it)
         self.replay = replay
-        self._entries: ByteLRU[_State] = ByteLRU(max_bytes, lambda state: state.size)
+        self._entries: ByteLRU[str, _State] = ByteLRU(max_bytes, lambda state: state.size)
 
     def encode(self, request: GenerationRequest) -> msgspec.Raw:
         """`chat.messages(request)` as JSON, remembered under the request's response id for its continuations."""
@@ -51,7 +51,9 @@ class MessagesJSON:
         return msgspec.Raw(b"[" + state.closed + joiner + _encode(last) + b"]")
 
     def _extend(self, request: GenerationRequest) -> _State | None:
-        parent = self._entries.get(request.previous_response_id)
+        # peek: the parent is superseded by the conversation remembered next, so a lookup does not keep it longer.
+        previous = request.previous_response_id
+        parent = self._entries.peek(previous) if previous else None
         items = request.items
         if (
             parent is None

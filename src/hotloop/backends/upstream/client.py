@@ -1,7 +1,7 @@
 """What the upstream backends share (docs/backends.md): the pooled HTTP client, replica routing, retries before the
 first token, the streamed lines, and an engine's failures as `BackendError`s.
 
-`openai_chat.py` (chat messages) and `tokens.py` (token ids) subclass `UpstreamBackend` with their request body and
+`chat.py` (chat messages) and `tokens.py` (token ids) subclass `UpstreamBackend` with their request body and
 their stream reader. One pooled `aiohttp.ClientSession` per upstream: its C parser reads an engine's stream at a
 fraction of the CPU a pure-Python HTTP stack spends per chunk (httpx took a third of a gateway's CPU in front of
 sim-engine; docs/benchmarks.md). A failure before the first token (unreachable,
@@ -22,7 +22,7 @@ import aiohttp
 import msgspec
 
 from hotloop.backends.base import BackendError, Delta, Finished, GenerationRequest
-from hotloop.backends.routing import Router
+from hotloop.backends.upstream.routing import Router
 from hotloop.config import Upstream
 
 log = logging.getLogger("hotloop.upstream")
@@ -96,7 +96,7 @@ class UpstreamBackend:
     def __init__(self, name: str, upstream: Upstream) -> None:
         self.model = upstream.upstream_model or name
         self.upstream = upstream
-        # Several URLs are replicas (backends/routing.py): a chain sticks to the one that served its last turn.
+        # Several URLs are replicas (routing.py): a chain sticks to the one that served its last turn.
         self.router = Router(
             name,
             [url.rstrip("/") for url in upstream.base_urls()],

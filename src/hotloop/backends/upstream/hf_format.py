@@ -28,7 +28,7 @@ def load_chat_format(name: str, upstream: Upstream) -> ChatFormat:
     if not upstream.tokenizer:
         if upstream.chat_template:
             raise ValueError(f"upstreams.{name}: chat_template needs a tokenizer")
-        from hotloop.backends.gguf import smollm2_chat_format
+        from hotloop.backends.local.gguf import smollm2_chat_format
 
         smollm2 = smollm2_chat_format()
         return harmony_format(smollm2.tokenizer) if harmony else smollm2

@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from hotloop.backends.bpe import BPETokenizer, load_bpe
+from hotloop.backends.local.bpe import BPETokenizer, load_bpe
 from hotloop.chat.format import ChatFormat
 from hotloop.chat.specs import Tokenizer
 

@@ -1,0 +1,1 @@
+"""hotloop-sim: the deterministic simulated model, its example arguments and its shell commands."""

@@ -1,0 +1,237 @@
+"""`hotloop-sim`: a deterministic simulated model for tests and benchmarks (docs/models.md).
+
+Same seed + same prompt tokens → same output. Pacing: `ttft_ms` before the first token, then `tps` tokens per
+second. Tool policy: with tools offered and fewer than K calls in the conversation, call a declared tool with
+arguments built from its JSON schema (a shell-like tool, one with a `cmd`/`command`/`commands` property, is
+preferred and gets a real command: `shell_command`); otherwise answer with text. Per-request overrides through
+`metadata`: `sim_ttft_ms`, `sim_tps`, `sim_output_tokens`, `sim_tool_calls`, `sim_reasoning_tokens` (thinking before
+each answer or call: a reasoning item, counted in `reasoning_tokens`); and `hotloop_sim_fault`, a test facility
+that makes the model fail: `stall_after:N` (hang after N output tokens), `die_after:N` (raise after N), `crash`
+(raise before the first token). Unparsable overrides are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import random
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, Sequence
+from typing import Literal
+
+import msgspec
+
+from hotloop.backends.base import (
+    Delta,
+    Finished,
+    GenerationRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from hotloop.backends.sim.packed import TOKEN_BYTES, longest_prefix, pack
+from hotloop.backends.sim.schema_example import example_for_schema
+from hotloop.backends.sim.shell import command_field, shell_arguments
+from hotloop.backends.sim.words import WORDS
+from hotloop.chat.specs import ToolSpec
+
+# How many recent token sequences the simulated prefix cache remembers.
+PREFIX_CACHE_ENTRIES = 64
+# The output's seed covers the prompt's length and this many of its last tokens.
+RNG_TAIL_TOKENS = 2048
+
+
+FAULT_KEY = "hotloop_sim_fault"
+
+
+class SimFault(Exception):
+    """The failure `hotloop_sim_fault` asked for (a backend fault, as a crashing engine would raise)."""
+
+
+def parse_fault(raw: object) -> tuple[str, int] | None:
+    """`stall_after:N` / `die_after:N` / `crash` → (kind, tokens before it); anything else → None (ignored)."""
+    if raw == "crash":
+        return ("die", 0)
+    if not isinstance(raw, str) or ":" not in raw:
+        return None
+    kind, _, count = raw.partition(":")
+    if kind not in ("stall_after", "die_after") or not count.isdigit():
+        return None
+    return (kind.removesuffix("_after"), int(count))
+
+
+class SimStats:
+    """What the simulator's generations did: tests read it to see a generation stop (in-process servers)."""
+
+    __slots__ = ("closed_at", "finished", "started", "stopped")
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.finished = 0  # ended with `Finished`
+        self.stopped = 0  # closed early: cancelled, timed out or failed
+        self.closed_at = 0.0  # time.perf_counter() when the last early stop happened
+
+
+class SimSettings(msgspec.Struct, frozen=True):
+    ttft_ms: float = 20.0
+    tps: float = 1000.0
+    output_tokens: int = 32
+    tool_calls: int = 2
+    parallel_calls: int = 1
+    seed: int = 0
+    reasoning_tokens: int = 0  # a reasoning model: this many tokens of thinking before each answer or call
+
+
+REASONING = "reasoning"  # the plan's marker for the thinking that comes first
+
+
+class SimBackend:
+    def __init__(self, settings: SimSettings) -> None:
+        self.settings = settings
+        self._recent: deque[bytes] = deque(maxlen=PREFIX_CACHE_ENTRIES)  # packed prompts, newest last
+        self.stats = SimStats()
+
+    def _cached_prefix(self, packed: bytes) -> int:
+        """Longest prefix shared with a recent prompt: what a prefix-caching engine would not recompute.
+
+        The simulator remembers prompts only (its output pieces are not real tokens), so a continuation's
+        cached tokens are its parent's prompt, as with an engine that caches prompts but not outputs.
+        """
+        return longest_prefix(packed, reversed(self._recent))
+
+    def _remember(self, packed: bytes) -> None:
+        if packed in self._recent:
+            self._recent.remove(packed)
+        self._recent.append(packed)
+
+    async def prefill(self, prompt_tokens: Sequence[int]) -> int:
+        packed = pack(prompt_tokens)
+        cached = self._cached_prefix(packed)
+        self._remember(packed)
+        return cached
+
+    async def close(self) -> None:
+        self._recent.clear()
+
+    def _option(self, request: GenerationRequest, name: str, default: float) -> float:
+        """A `metadata` override `sim_<name>`; unparsable, negative or non-finite values fall back to the setting."""
+        raw = request.metadata.get(f"sim_{name}")
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            return default
+        return value if math.isfinite(value) and value >= 0 else default
+
+    def _rng(self, request: GenerationRequest, packed: bytes) -> random.Random:
+        """Seeded by the seed, the prompt's length and its last tokens: deterministic per input, and O(1) in the
+        history (hashing a 100k-token prompt every turn would be the simulator's own overhead, not the API's)."""
+        digest = hashlib.blake2b(packed[-RNG_TAIL_TOKENS * TOKEN_BYTES :], digest_size=8)
+        digest.update(f"{self.settings.seed}:{len(packed)}".encode())
+        return random.Random(int.from_bytes(digest.digest(), "little"))
+
+    def _plan(self, request: GenerationRequest, rng: random.Random) -> list[tuple[ToolSpec | str | None, list[str]]]:
+        """What to emit: the reasoning first (REASONING, words) when the model thinks, then tool calls (spec,
+        argument pieces) or one text answer (None, words)."""
+        thinking = int(self._option(request, "reasoning_tokens", self.settings.reasoning_tokens))
+        reasoning: list[tuple[ToolSpec | str | None, list[str]]] = []
+        if thinking > 0:
+            words = [rng.choice(WORDS) for _ in range(thinking)]
+            reasoning = [(REASONING, ["Let me think: " + words[0]] + [" " + word for word in words[1:]])]
+        return reasoning + self._answer(request, rng)
+
+    def _answer(self, request: GenerationRequest, rng: random.Random) -> list[tuple[ToolSpec | str | None, list[str]]]:
+        """Tool calls (spec, argument pieces) or one text answer (None, words)."""
+        k = int(self._option(request, "tool_calls", self.settings.tool_calls))
+        wants_tool = request.tools and request.tool_choice != "none"
+        if wants_tool and (request.tool_choice == "required" or request.calls_so_far < k):
+            count = max(1, self.settings.parallel_calls) if request.parallel_tool_calls else 1
+            forced = [spec for spec in request.tools if spec.name == request.forced_tool]
+            # A shell-like tool, when one is offered, so that an agent's calls really run something.
+            pool = [spec for spec in request.tools if command_field(spec) is not None] or request.tools
+            chosen = forced[:1] * count if forced else [rng.choice(pool) for _ in range(count)]
+            first = request.calls_so_far + 1
+            return [(spec, _pieces(_call_payload(spec, rng, first + i))) for i, spec in enumerate(chosen)]
+        n = max(1, int(self._option(request, "output_tokens", self.settings.output_tokens)))
+        fmt = request.text_format.get("type")
+        if fmt in ("json_object", "json_schema"):
+            schema = request.text_format.get("schema") if fmt == "json_schema" else None
+            if not isinstance(schema, dict):
+                schema = {"type": "object"}
+            return [(None, _pieces(json.dumps(example_for_schema(schema, rng))))]
+        words = [rng.choice(WORDS) for _ in range(n)]
+        pieces = [words[0].capitalize()] + [" " + word for word in words[1:]]
+        pieces[-1] += "."
+        return [(None, pieces)]
+
+    async def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
+        self.stats.started += 1
+        fault = parse_fault(request.metadata.get(FAULT_KEY))
+        packed = pack(request.prompt_tokens)
+        cached = self._cached_prefix(packed)
+        ttft = self._option(request, "ttft_ms", self.settings.ttft_ms) / 1000.0
+        tps = max(1e-3, self._option(request, "tps", self.settings.tps))
+        limit = request.max_output_tokens
+        rng = self._rng(request, packed)
+        start = time.perf_counter() + ttft
+        emitted = thought = 0
+        reason: Literal["stop", "length"] = "stop"
+        try:
+            if fault is not None and fault[1] == 0:
+                await _fail(fault[0])
+            for spec, pieces in self._plan(request, rng):
+                if isinstance(spec, ToolSpec):
+                    yield ToolCallStart(name=spec.name, kind=spec.kind, namespace=spec.namespace)
+                for piece in pieces:
+                    if limit is not None and emitted >= limit:
+                        reason = "length"
+                        break
+                    if fault is not None and emitted == fault[1]:
+                        await _fail(fault[0])
+                    delay = start + emitted / tps - time.perf_counter()
+                    if delay > 0.0005:
+                        await asyncio.sleep(delay)
+                    emitted += 1
+                    if spec == REASONING:
+                        thought += 1
+                        yield ReasoningDelta(text=piece)
+                    else:
+                        yield ToolCallDelta(text=piece) if spec is not None else TextDelta(text=piece)
+                if reason == "length":
+                    break
+                if isinstance(spec, ToolSpec):
+                    yield ToolCallEnd()
+        except BaseException:  # cancelled (the client went away, a timeout), closed, or the fault above
+            self.stats.stopped += 1
+            self.stats.closed_at = time.perf_counter()
+            raise
+        self._remember(packed)
+        self.stats.finished += 1
+        yield Finished(reason=reason, output_tokens=emitted, cached_tokens=cached, reasoning_tokens=thought)
+
+
+async def _fail(kind: str) -> None:
+    if kind == "stall":
+        await asyncio.Event().wait()  # never set: only a timeout or a cancellation ends it
+    raise SimFault("simulated backend failure (hotloop_sim_fault)")
+
+
+def _pieces(text: str, size: int = 4) -> list[str]:
+    """Split text into token-sized pieces (the simulator's output tokens)."""
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _call_payload(spec: ToolSpec, rng: random.Random, number: int) -> str:
+    """A call's arguments; `number` counts the calls of the conversation (1-based) and names a shell call's marker."""
+    if spec.kind == "custom":
+        return f"simulated input for {spec.name}"
+    field = command_field(spec)
+    if field is not None and spec.parameters is not None:
+        return json.dumps(shell_arguments(spec.parameters, field, number, rng))
+    return json.dumps(example_for_schema(spec.parameters or {"type": "object", "properties": {}}, rng))

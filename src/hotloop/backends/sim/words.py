@@ -1,0 +1,43 @@
+"""The simulator's vocabulary: the words of hotloop-sim's answers, reasoning and example strings."""
+
+from __future__ import annotations
+
+# In this order: the simulator's seeded choices pick from it, so its output depends on it.
+WORDS = [
+    "the",
+    "loop",
+    "runs",
+    "each",
+    "tool",
+    "and",
+    "sends",
+    "its",
+    "output",
+    "back",
+    "so",
+    "the",
+    "model",
+    "can",
+    "pick",
+    "the",
+    "next",
+    "step",
+    "while",
+    "hotloop",
+    "keeps",
+    "the",
+    "conversation",
+    "state",
+    "warm",
+    "on",
+    "the",
+    "socket",
+    "and",
+    "only",
+    "new",
+    "input",
+    "is",
+    "processed",
+    "per",
+    "turn",
+]
