@@ -18,6 +18,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from hotloop.errors import HotloopError, PreviousResponseNotFound, RateLimited, ServerError, UpgradeRequired
 from hotloop.pipeline.admission.entry import admit, admit_connection, release_connection
 from hotloop.pipeline.admission.lanes import ConnectionState, LaneLimits, QueueFull
+from hotloop.pipeline.prepared import TurnOptions
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Lane, Session, owner_of
 from hotloop.pipeline.steering import (
@@ -29,10 +30,9 @@ from hotloop.pipeline.steering import (
     successor,
     with_steers,
 )
-from hotloop.pipeline.prepared import TurnOptions
 from hotloop.pipeline.turn import Turn
+from hotloop.transports.asgi import error_response, wants_timings
 from hotloop.transports.auth import authenticate, selected_subprotocol
-from hotloop.transports.http import error_response, wants_timings
 from hotloop.transports.ws_writer import FrameWriter
 from hotloop.wire.events import SteerAccepted, SteerFailed, SteerPending, encode_event, websocket_error
 from hotloop.wire.request import (
