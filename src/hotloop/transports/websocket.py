@@ -31,6 +31,8 @@ SERVER_ERROR = "The server had an error while processing your request."
 
 
 class Connection:
+    """One accepted WebSocket: its protocol (every decision), its lane workers and its frame writer."""
+
     def __init__(
         self, websocket: WebSocket, service: Service, session: Session, default_model: str | None = None
     ) -> None:
@@ -77,6 +79,7 @@ class Connection:
     # -- reading ---------------------------------------------------------------------------------------------------
 
     async def run(self) -> None:
+        """Read frames until the client goes or the protocol closes; then stop every lane and drop the cache."""
         timer = asyncio.create_task(self._age_timer())
         self.service.drain.connections.add(self)
         try:
