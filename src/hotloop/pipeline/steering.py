@@ -1,5 +1,6 @@
-"""Steering (protocol.md §3.6, openai-python's `response.steer`; issue 14), with no I/O: what a steer is, what it
-may carry, and how a connection answers it. The WebSocket transport does the I/O (transports/websocket.py).
+"""Steering (protocol.md §3.6, openai-python's `response.steer`; issue 14), the pure part: what a steer is, what it
+may carry, and the creates it makes. Which reply a steer gets is decided by the connection's protocol
+(pipeline/connection/protocol.py); the WebSocket transport sends it (transports/websocket.py).
 
 - A steer naming a response generating on this connection is **accepted** (`response.steer.accepted`, in that
   response's own event sequence): the generation stops at the next token boundary, the response ends
@@ -18,7 +19,6 @@ may carry, and how a connection answers it. The WebSocket transport does the I/O
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 import msgspec
@@ -31,7 +31,6 @@ from hotloop.wire.request import CreateRequest
 
 MAX_PENDING = 4  # steers waiting for one response
 WAITING = "waiting_for_required_input"
-ENDED_KEPT = 256  # ended responses per connection a steer may still name
 _MESSAGE_KEYS = frozenset({"type", "role", "content"})
 _PARTS = frozenset({"input_text", "input_image", "input_file"})
 
@@ -128,52 +127,3 @@ def required_input(output: list[OutputItem]) -> list[dict[str, Any]]:
         elif isinstance(item, CustomToolCall):
             stubs.append({"type": "custom_tool_call_output", "call_id": item.call_id})
     return stubs
-
-
-class Ended(msgspec.Struct):
-    status: str
-    waiting: list[dict[str, Any]]  # required_input: the calls it ended with, until a create continues it
-    steered: bool = False
-
-
-class Steering:
-    """One connection's steering state: the responses that ended (and what they wait for) and the steers queued
-    for them until a create continues them."""
-
-    def __init__(self) -> None:
-        self.ended: OrderedDict[str, Ended] = OrderedDict()
-        self.queued: dict[str, list[Steer]] = {}
-
-    def end(self, response_id: str, status: str, output: list[OutputItem], steered: bool = False) -> None:
-        waiting = required_input(output) if status in ("completed", "incomplete") else []
-        self.ended[response_id] = Ended(status=status, waiting=waiting, steered=steered)
-        while len(self.ended) > ENDED_KEPT:
-            gone, _ = self.ended.popitem(last=False)
-            self.queued.pop(gone, None)
-
-    def answer(self, steer: Steer) -> list[dict[str, Any]]:
-        """A steer for an ended response: queued until a create continues it (the stubs it waits for), or
-        refused (`SteerRefused`)."""
-        ended = self.ended.get(steer.target)
-        if ended is None:
-            raise SteerRefused("response_not_found", f"Response '{steer.target}' is not on this connection.")
-        if ended.waiting:
-            self.queue(steer)
-            return ended.waiting
-        if ended.status == "completed" or (ended.status == "incomplete" and not ended.steered):
-            raise SteerRefused("response_already_completed", f"Response '{steer.target}' has already completed.")
-        raise SteerRefused("response_not_active", f"Response '{steer.target}' is no longer accepting steering.")
-
-    def queue(self, steer: Steer) -> None:
-        queued = self.queued.setdefault(steer.target, [])
-        check_room(queued)
-        queued.append(steer)
-
-    def continued(self, response_id: str | None) -> list[Steer]:
-        """A create continues `response_id`: the steers waiting for it (their input follows the create's)."""
-        if response_id is None:
-            return []
-        ended = self.ended.get(response_id)
-        if ended is not None:
-            ended.waiting = []
-        return self.queued.pop(response_id, [])

@@ -19,6 +19,7 @@ from hotloop.errors import HotloopError, NotFound, ServerError
 from hotloop.observability.logs import RequestIds
 from hotloop.pipeline.service import Service
 from hotloop.transports import http
+from hotloop.transports.asgi import error_response
 from hotloop.transports.conversations import conversation_routes
 from hotloop.transports.doors import Doors, DoorsMiddleware
 from hotloop.transports.websocket import websocket_endpoint
@@ -41,20 +42,20 @@ def build_service(settings: Settings) -> Service:
 
 async def _hotloop_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HotloopError)
-    return http.error_response(exc)
+    return error_response(exc)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
-        return http.error_response(NotFound(f"No route for {request.method} {request.url.path}.", code="not_found"))
+        return error_response(NotFound(f"No route for {request.method} {request.url.path}.", code="not_found"))
     code = "method_not_allowed" if exc.status_code == 405 else "invalid_request"
-    return http.error_response(HotloopError(str(exc.detail), code=code, status=exc.status_code))
+    return error_response(HotloopError(str(exc.detail), code=code, status=exc.status_code))
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return http.error_response(ServerError("The server had an error while processing your request."))
+    return error_response(ServerError("The server had an error while processing your request."))
 
 
 def create_app(settings: Settings, service: Service | None = None) -> Starlette:

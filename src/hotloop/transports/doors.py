@@ -23,7 +23,7 @@ from starlette.websockets import WebSocket
 
 from hotloop.config import Settings
 from hotloop.errors import HotloopError, InvalidHost, OriginNotAllowed
-from hotloop.transports.http import error_response
+from hotloop.transports.asgi import error_response
 
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")

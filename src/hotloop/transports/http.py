@@ -9,21 +9,10 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 import msgspec
-from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from hotloop.errors import (
-    HotloopError,
-    InvalidParam,
-    NotFound,
-    RateLimited,
-    RequestTooLarge,
-    ServerShuttingDown,
-    UnsupportedParam,
-    UpgradeRequired,
-    failure_of,
-)
+from hotloop.errors import InvalidParam, NotFound, RequestTooLarge, UnsupportedParam, UpgradeRequired, failure_of
 from hotloop.models import Model
 from hotloop.pipeline import background
 from hotloop.pipeline.admission.entry import admit
@@ -34,6 +23,7 @@ from hotloop.pipeline.prepared import TurnOptions
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Session, owner_of
 from hotloop.pipeline.turn import Turn
+from hotloop.transports.asgi import wait_disconnect, wants_timings
 from hotloop.transports.auth import authenticate
 from hotloop.transports.paging import page_params
 from hotloop.transports.sse import SendState, sse_response
@@ -48,19 +38,6 @@ JSON = "application/json"
 
 def raw_json(data: bytes, status: int = 200) -> Response:
     return Response(data, status_code=status, media_type=JSON)
-
-
-def error_response(exc: HotloopError) -> Response:
-    headers = exc.headers if isinstance(exc, RateLimited | ServerShuttingDown) else None  # Retry-After, …
-    return JSONResponse({"error": exc.payload()}, status_code=exc.status, headers=headers)
-
-
-TIMING_HEADER = "x-responsesapi-include-timing-metrics"
-
-
-def wants_timings(headers: Headers) -> bool:
-    """The opt-in for the `hotloop:timing_metrics` event, on a POST or a WebSocket upgrade."""
-    return headers.get(TIMING_HEADER, "").strip().lower() in ("true", "1")
 
 
 def service_of(request: Request) -> Service:
@@ -133,7 +110,7 @@ async def _json_result(request: Request, turn: Turn) -> Response:
                 pass
 
     task = asyncio.ensure_future(consume())
-    watcher = asyncio.ensure_future(_wait_disconnect(request))
+    watcher = asyncio.ensure_future(wait_disconnect(request.receive))
     await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
     if not task.done():
         task.cancel()
@@ -149,13 +126,6 @@ async def _json_result(request: Request, turn: Turn) -> Response:
         error = {"message": message, "type": failure.type, "param": failure.param, "code": code}
         return JSONResponse({"error": error}, status_code=failure.status)
     return raw_json(encode(response))
-
-
-async def _wait_disconnect(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
 
 
 async def _background(service: Service, turn: Turn, *, stream: bool) -> Response:

@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from hotloop.transports.asgi import wait_disconnect
 from hotloop.wire.events import Event
 
 DONE = b"data: [DONE]\n\n"
@@ -50,7 +51,7 @@ class EventStreamResponse(Response):
         buffer: list[bytes] = []
         ready = asyncio.Event()  # set by the producer (events buffered, or its end) and by a disconnect
         producer = asyncio.ensure_future(self._produce(buffer, ready))
-        listener = asyncio.ensure_future(_disconnected(receive, ready))
+        listener = asyncio.ensure_future(wait_disconnect(receive, ready))
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
             while True:
@@ -93,12 +94,6 @@ class EventStreamResponse(Response):
                 buffer.append(DONE)
         finally:
             ready.set()
-
-
-async def _disconnected(receive: Receive, ready: asyncio.Event) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    ready.set()
 
 
 def sse_response(

@@ -65,7 +65,7 @@ class Session:
         """A failed continuation evicts its parent from the requesting lane only (§3.8.3): a client that retries
         resends the full context rather than continuing from a state it may no longer share with the server.
         Called for every failure: admission's (pipeline/admission/entry.py), a create frame that did not decode
-        (transports/websocket.py), a turn that failed generating (pipeline/turn.py)."""
+        (pipeline/connection/protocol.py), a turn that failed generating (pipeline/turn.py)."""
         if not response_id:
             return
         state = self._lanes.get(lane)
