@@ -13,9 +13,10 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from conftest import RunningServer, start_server, stored_counts
-from hotloop.errors import RateLimited
+from hotloop.errors import RateLimited, StoreUnavailable
 from hotloop.pipeline.admission.limits import PRUNE_FLOOR, ConnectionSlots, RateLimiter
 from http_support import error_of, usage_record
+from metrics_support import scrape
 from wsutil import WS, final
 
 SIM = "hotloop-sim"
@@ -235,3 +236,43 @@ def test_websocket_connection_limits(limited: RunningServer) -> None:
             assert ws.recv()["type"] == "error"
     finally:
         first.close()
+
+
+# -- POST /v1/responses/input_tokens: admitted like a create, never run ---------------------------------------
+
+
+def test_input_tokens_is_admitted_like_a_create(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counting tokens takes from the key's requests per minute and is refused while draining, like a create; it
+    stores nothing, so the store is not probed, and it leaves nothing for a later resend."""
+    running = start_server(tmp_path, models=[SIM], rate_limit_rpm=3, api_keys=["key-a", "key-b", "key-c"])
+    history = [{"role": "user", "content": "Fix the bug."}, {"role": "user", "content": "In parse()."}]
+    count = {"model": SIM, "input": history}
+    try:
+        with running.http("key-a") as http:
+            for _ in range(3):
+                reply = http.post("/responses/input_tokens", json=count)
+                assert reply.status_code == 200 and reply.json()["input_tokens"] > 0, reply.text
+            reply = http.post("/responses/input_tokens", json=count)
+            assert error_of(reply, 429, "rate_limit_exceeded", None)["type"] == "requests"
+            assert reply.headers["x-ratelimit-limit-requests"] == "3"
+        with running.http("key-b") as http:
+            probed: list[bool] = []
+
+            async def down() -> None:
+                probed.append(True)
+                raise StoreUnavailable("The response store is unavailable.")
+
+            with monkeypatch.context() as patch:  # the store seen down: a create that stores is refused first
+                patch.setattr(running.service.store, "ensure_available", down)
+                error_of(http.post("/responses", json={"model": SIM, "input": "hi"}), 503, "store_unavailable", None)
+                assert http.post("/responses/input_tokens", json=count).status_code == 200  # not probed
+            assert probed == [True]
+            assert scrape(running).value("hotloop_cache_entries", cache="resend") == 0  # nothing to resend from
+            created = http.post("/responses", json={**count, "store": False})  # a create is kept for a resend
+            assert created.status_code == 200, created.text
+            assert scrape(running).value("hotloop_cache_entries", cache="resend") == 1
+        running.service.drain.begin()  # no WebSocket waits on the drain's event: safe from this thread
+        with running.http("key-c") as http:
+            error_of(http.post("/responses/input_tokens", json=count), 503, "server_is_overloaded", None)
+    finally:
+        running.stop()

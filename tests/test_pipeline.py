@@ -16,7 +16,7 @@ from hotloop.errors import HotloopError, StoreUnavailable
 from hotloop.pipeline import background
 from hotloop.pipeline.admission.entry import admit
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.turn import Turn, TurnOptions
+from hotloop.pipeline.turn import MEASURE_OPTIONS, Turn, TurnOptions
 from hotloop.transports.app import build_service
 from hotloop.wire.request import decode_create
 
@@ -85,6 +85,28 @@ async def test_admission_order_and_the_evicted_parent(service: Service, monkeypa
     service.drain.begin()
     with pytest.raises(HotloopError) as draining:
         await admit(service, session, _create(input="z", store=False), options)
+    assert (draining.value.status, draining.value.code) == (503, "server_is_overloaded")
+
+
+async def test_a_measured_turn_probes_no_store_and_leaves_nothing_to_resend(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """POST /v1/responses/input_tokens's turn (`MEASURE_OPTIONS`): admitted (drain, rate limit), never run."""
+    session = service.session("owner", caching=False)
+    history = [{"role": "user", "content": "Fix the bug."}, {"role": "user", "content": "In parse()."}]
+
+    async def down() -> None:
+        raise StoreUnavailable("The response store is unavailable.")
+
+    monkeypatch.setattr(service.store, "ensure_available", down)
+    measured = await admit(service, session, _create(input=history), MEASURE_OPTIONS)
+    assert len(measured.generation.prompt_tokens) > 0
+    assert len(service.resent) == 0 and service.resent.match("owner", measured.request.input) is None
+    await admit(service, session, _create(input=history, store=False))  # a create is kept for a resend
+    assert len(service.resent) == 1
+    service.drain.begin()
+    with pytest.raises(HotloopError) as draining:
+        await admit(service, session, _create(input=history), MEASURE_OPTIONS)
     assert (draining.value.status, draining.value.code) == (503, "server_is_overloaded")
 
 

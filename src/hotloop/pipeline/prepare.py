@@ -62,7 +62,10 @@ async def start_turn(
     with timings.stage("safety"):
         safety = await _scan(service, inputs)
     chat, calls = model.chat, call_ids
-    remember(service, session, request, inputs, calls=calls, safety=safety, rendered=rendered, chat=chat, tools=tools)
+    if not options.measure_only:  # a measured turn leaves nothing for a later request
+        remember(
+            service, session, request, inputs, calls=calls, safety=safety, rendered=rendered, chat=chat, tools=tools
+        )
     response = _new_response(request, model, tools.echo, choice, conversation_id, safety)
     prepared = Prepared(
         request=request,
