@@ -147,7 +147,8 @@ async def test_background_start_relay_and_stop(service: Service) -> None:
     await background.start(service, slow, stream=False)
     task = background.running(service, slow.response.id)
     assert task is not None
-    await asyncio.sleep(0.05)
+    while slow not in service.drain.turns:  # generating (its task has entered the turn's events)
+        await asyncio.sleep(0.005)
     await background.stop(task)
     assert background.running(service, slow.response.id) is None
     assert (await service.store.get("owner", slow.response.id)).status == "cancelled"  # type: ignore[union-attr]
