@@ -193,6 +193,27 @@ def test_a_history_past_the_window_is_compacted_not_refused(small: RunningServer
             error_of(reply, 400, "context_length_exceeded", "input")
 
 
+def test_a_first_message_past_the_threshold_is_compacted_once(small: RunningServer) -> None:
+    """Threshold 2 000, a first message of 4 000 words: the compaction leaves it to the summary (it does not fit
+    below the threshold), so the compacted context is below it and the next turn does not compact again."""
+    words = ["the", "tests", "fail", "in", "parse", "when", "the", "input", "is", "empty"]
+    first = " ".join(words[n % len(words)] for n in range(4000))
+    body = {
+        "context_management": [{"type": "compaction", "compact_threshold": 2000}],
+        "metadata": {"sim_output_tokens": "40"},
+    }
+    with small.http() as http:
+        assert http.post("/responses/input_tokens", json={"input": first}).json()["input_tokens"] > 4000
+        one = http.post("/responses", json={**body, "input": first}).json()
+        two = http.post("/responses", json={**body, "input": "Go on.", "previous_response_id": one["id"]}).json()
+        compacted = http.post("/responses/input_tokens", json={"input": [one["output"][0]]}).json()["input_tokens"]
+    assert one["status"] == two["status"] == "completed"
+    assert [item["type"] for item in one["output"]] == ["compaction", "message"]
+    assert [item["type"] for item in two["output"]] == ["message"]  # exactly one compaction
+    assert compacted < 1000  # the compacted context: below half the threshold
+    assert two["usage"]["input_tokens"] < 2000
+
+
 def test_below_the_threshold_nothing_is_compacted(small: RunningServer) -> None:
     with small.http() as http:
         response = http.post("/responses", json=_body(input="Short.")).json()

@@ -56,14 +56,19 @@ def _fault(value: str, **more: str) -> dict[str, str]:
 # -- the timer, without a server ------------------------------------------------------------------------------------
 
 
-async def _ticks(gaps: list[float]) -> AsyncGenerator[int, None]:
+async def _ticks(gaps: list[float], waiting: asyncio.Event | None = None) -> AsyncGenerator[int, None]:
+    """A tick after each gap; `waiting` is set once the consumer waits for the second."""
     for index, gap in enumerate(gaps):
+        if index and waiting is not None:
+            waiting.set()
         await asyncio.sleep(gap)
         yield index
 
 
-async def _drain(timer: StallTimer, gaps: list[float], consumer_s: float = 0.0) -> int:
-    ticks, count = _ticks(gaps), 0
+async def _drain(
+    timer: StallTimer, gaps: list[float], consumer_s: float = 0.0, waiting: asyncio.Event | None = None
+) -> int:
+    ticks, count = _ticks(gaps, waiting), 0
     try:
         while await timer.wait(anext(ticks, None)) is not None:
             count += 1
@@ -88,8 +93,9 @@ def test_stall_timer_bounds_each_wait_only() -> None:
 
 def test_stall_timer_lets_a_real_cancellation_through() -> None:
     async def run() -> None:
-        task = asyncio.ensure_future(_drain(StallTimer(0.1), [0.01, 5.0]))
-        await asyncio.sleep(0.05)
+        waiting = asyncio.Event()
+        task = asyncio.ensure_future(_drain(StallTimer(0.1), [0.01, 5.0], waiting=waiting))
+        await waiting.wait()  # the timer bounds the wait for the second tick now
         task.cancel()  # the client went away before the limit: a cancellation, not a stall
         with pytest.raises(asyncio.CancelledError):
             await task

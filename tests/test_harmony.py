@@ -50,10 +50,9 @@ from hotloop.wire.items import (
     ReasoningText,
 )
 from http_support import calls, check_sequence, output_text, parse_sse
+from render_support import PATCH, check_turns, thinking_conversations
+from render_support import WEATHER as GET_WEATHER
 from simengine_support import WEATHER, SimEngineProcess
-from test_render import PATCH
-from test_render import WEATHER as GET_WEATHER
-from test_tokens import check_turns, thinking_conversations
 
 
 @pytest.fixture(scope="module")

@@ -77,9 +77,9 @@ async def test_full_batches_go_without_waiting_for_the_deadline() -> None:
     ledger.start()
     for n in range(7):
         ledger.record(rec(n))
-    await until(lambda: len(sink.batches) == 2)
+    # Once both batches are counted written, the writer has nothing to await but the 7th's deadline (or a wake).
+    await until(lambda: ledger.written == 6)
     assert [len(batch) for batch in sink.batches] == [3, 3]
-    await asyncio.sleep(0.05)
     assert ledger.backlog == 1 and len(sink.batches) == 2  # the 7th waits for its deadline (or the drain)
     await ledger.drain()
     assert [len(batch) for batch in sink.batches] == [3, 3, 1]
@@ -125,7 +125,7 @@ async def test_drain_writes_everything_and_is_idempotent() -> None:
     for n in range(50):
         ledger.record(rec(n))
     # Records arriving while a batch is being written are kept too.
-    await asyncio.sleep(0.005)
+    await until(lambda: sink.calls > 0)  # the first batch is in the sink (for its `delay`)
     for n in range(50, 60):
         ledger.record(rec(n))
     started = time.monotonic()
@@ -159,8 +159,10 @@ async def test_record_after_drain_is_rejected_not_silently_lost(caplog: pytest.L
         assert ledger.record(rec(2)) is False
     assert ledger.rejected == 1 and "resp_2" in caplog.text
     assert ledger.backlog == 0 and sink.ids == ["resp_1"]
-    ledger.start()  # cannot restart a drained ledger
-    await asyncio.sleep(0.02)
+    writers = {task for task in asyncio.all_tasks() if task.get_name() == "hotloop-ledger"}
+    ledger.start()  # cannot restart a drained ledger: no writer is started, a record is still rejected
+    assert {task for task in asyncio.all_tasks() if task.get_name() == "hotloop-ledger"} == writers
+    assert ledger.record(rec(3)) is False and ledger.rejected == 2
     assert sink.ids == ["resp_1"]
 
 

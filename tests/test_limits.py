@@ -13,9 +13,10 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from conftest import RunningServer, start_server, stored_counts
-from hotloop.errors import RateLimited
+from hotloop.errors import RateLimited, StoreUnavailable
 from hotloop.pipeline.state.limits import PRUNE_FLOOR, ConnectionSlots, RateLimiter
 from http_support import error_of, usage_record
+from metrics_support import scrape
 from wsutil import WS, final
 
 SIM = "hotloop-sim"
@@ -137,6 +138,8 @@ def test_http_requests_per_minute(limited: RunningServer) -> None:
             usage_record(http, reply.json()["id"])
         before = stored_counts(limited)
         records = len(http.get("/usage").json()["data"])
+        ledger = limited.service.ledger
+        recorded = sum(totals.responses for totals in ledger.totals_by_owner.values())
         reply = http.post("/responses", json=body)
         error = error_of(reply, 429, "rate_limit_exceeded", None)
         assert error["type"] == "requests" and "try again in" in error["message"]
@@ -144,8 +147,13 @@ def test_http_requests_per_minute(limited: RunningServer) -> None:
         assert reply.headers["x-ratelimit-limit-requests"] == "2"
         assert reply.headers["x-ratelimit-remaining-requests"] == "0"
         assert stored_counts(limited) == before  # a refused request stores nothing
-        time.sleep(0.5)  # longer than the ledger's flush interval
-        assert len(http.get("/usage").json()["data"]) == records  # and has no usage record
+        # …and has no usage record: none was given to the ledger, and it has written all it holds.
+        assert sum(totals.responses for totals in ledger.totals_by_owner.values()) == recorded
+        deadline = time.monotonic() + 5
+        while ledger.backlog:
+            assert time.monotonic() < deadline, ledger.backlog
+            time.sleep(0.01)
+        assert len(http.get("/usage").json()["data"]) == records
         assert http.get("/models").status_code == 200  # only creates are counted
     with limited.http("key-b") as http:  # per key
         assert http.post("/responses", json=body).status_code == 200
@@ -235,3 +243,43 @@ def test_websocket_connection_limits(limited: RunningServer) -> None:
             assert ws.recv()["type"] == "error"
     finally:
         first.close()
+
+
+# -- POST /v1/responses/input_tokens: admitted like a create, never run ---------------------------------------
+
+
+def test_input_tokens_is_admitted_like_a_create(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counting tokens takes from the key's requests per minute and is refused while draining, like a create; it
+    stores nothing, so the store is not probed, and it leaves nothing for a later resend."""
+    running = start_server(tmp_path, models=[SIM], rate_limit_rpm=3, api_keys=["key-a", "key-b", "key-c"])
+    history = [{"role": "user", "content": "Fix the bug."}, {"role": "user", "content": "In parse()."}]
+    count = {"model": SIM, "input": history}
+    try:
+        with running.http("key-a") as http:
+            for _ in range(3):
+                reply = http.post("/responses/input_tokens", json=count)
+                assert reply.status_code == 200 and reply.json()["input_tokens"] > 0, reply.text
+            reply = http.post("/responses/input_tokens", json=count)
+            assert error_of(reply, 429, "rate_limit_exceeded", None)["type"] == "requests"
+            assert reply.headers["x-ratelimit-limit-requests"] == "3"
+        with running.http("key-b") as http:
+            probed: list[bool] = []
+
+            async def down() -> None:
+                probed.append(True)
+                raise StoreUnavailable("The response store is unavailable.")
+
+            with monkeypatch.context() as patch:  # the store seen down: a create that stores is refused first
+                patch.setattr(running.service.store, "ensure_available", down)
+                error_of(http.post("/responses", json={"model": SIM, "input": "hi"}), 503, "store_unavailable", None)
+                assert http.post("/responses/input_tokens", json=count).status_code == 200  # not probed
+            assert probed == [True]
+            assert scrape(running).value("hotloop_cache_entries", cache="resend") == 0  # nothing to resend from
+            created = http.post("/responses", json={**count, "store": False})  # a create is kept for a resend
+            assert created.status_code == 200, created.text
+            assert scrape(running).value("hotloop_cache_entries", cache="resend") == 1
+        running.service.drain.begin()  # no WebSocket waits on the drain's event: safe from this thread
+        with running.http("key-c") as http:
+            error_of(http.post("/responses/input_tokens", json=count), 503, "server_is_overloaded", None)
+    finally:
+        running.stop()

@@ -15,7 +15,7 @@ from hotloop.config import Settings
 from hotloop.errors import HotloopError, StoreUnavailable
 from hotloop.pipeline import background
 from hotloop.pipeline.admission.entry import admit
-from hotloop.pipeline.prepared import TurnOptions
+from hotloop.pipeline.prepared import MEASURE_OPTIONS, TurnOptions
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.turn import Turn
 from hotloop.transports.app import build_service
@@ -89,6 +89,28 @@ async def test_admission_order_and_the_evicted_parent(service: Service, monkeypa
     assert (draining.value.status, draining.value.code) == (503, "server_is_overloaded")
 
 
+async def test_a_measured_turn_probes_no_store_and_leaves_nothing_to_resend(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """POST /v1/responses/input_tokens's turn (`MEASURE_OPTIONS`): admitted (drain, rate limit), never run."""
+    session = service.session("owner", caching=False)
+    history = [{"role": "user", "content": "Fix the bug."}, {"role": "user", "content": "In parse()."}]
+
+    async def down() -> None:
+        raise StoreUnavailable("The response store is unavailable.")
+
+    monkeypatch.setattr(service.store, "ensure_available", down)
+    measured = await admit(service, session, _create(input=history), MEASURE_OPTIONS)
+    assert len(measured.prepared.generation.prompt_tokens) > 0
+    assert len(service.resent) == 0 and service.resent.match("owner", measured.prepared.request.input) is None
+    await admit(service, session, _create(input=history, store=False))  # a create is kept for a resend
+    assert len(service.resent) == 1
+    service.drain.begin()
+    with pytest.raises(HotloopError) as draining:
+        await admit(service, session, _create(input=history), MEASURE_OPTIONS)
+    assert (draining.value.status, draining.value.code) == (503, "server_is_overloaded")
+
+
 async def test_a_client_that_goes_away_cancels_the_turn(service: Service) -> None:
     """A transport whose client disconnects cancels the task consuming the events (transports/http.py, sse.py)."""
     session = service.session("owner", caching=False)
@@ -126,7 +148,8 @@ async def test_background_start_relay_and_stop(service: Service) -> None:
     await background.start(service, slow, stream=False)
     task = background.running(service, slow.response.id)
     assert task is not None
-    await asyncio.sleep(0.05)
+    while slow not in service.drain.turns:  # generating (its task has entered the turn's events)
+        await asyncio.sleep(0.005)
     await background.stop(task)
     assert background.running(service, slow.response.id) is None
     assert (await service.store.get("owner", slow.response.id)).status == "cancelled"  # type: ignore[union-attr]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +18,6 @@ from hotloop.backends.toolcalls.text import ToolCallParser
 from hotloop.chat.format import ChatFormat
 from hotloop.chat.media import image_tokens
 from hotloop.chat.messages import chat_messages
-from hotloop.chat.specs import ToolSpec
 from hotloop.errors import HotloopError
 from hotloop.pipeline.normalize import normalize_item
 from hotloop.pipeline.state.context import Context
@@ -31,15 +30,9 @@ from hotloop.wire.items import (
     Message,
     OutputText,
 )
+from render_support import PATCH, TEXT, TOOLS, WEATHER, conversations
 
 pytestmark = pytest.mark.fast  # the fast tier: `make unit-fast`
-
-WEATHER = ToolSpec(
-    name="get_weather",
-    description="Current weather for a city.",
-    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-)
-PATCH = ToolSpec(name="apply_patch", kind="custom", description="Apply a patch.")
 
 
 @pytest.fixture(scope="module")
@@ -284,55 +277,6 @@ def test_image_token_cost(size: tuple[int, int], detail: str | None, tokens: int
 
 
 # -- purity and prefix stability (hypothesis) -----------------------------------------------------------------------
-
-TEXT = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40)
-TOOLS = [WEATHER, ToolSpec(name="search", parameters={"type": "object", "properties": {"q": {"type": "string"}}})]
-
-
-@st.composite
-def conversations(draw: st.DrawFn) -> list[tuple[dict[str, Any], ContextItem]]:
-    """(replayed raw item, the item as the server keeps it) pairs: user/assistant turns and tool call rounds."""
-    out: list[tuple[dict[str, Any], ContextItem]] = []
-    for step in range(draw(st.integers(1, 8))):
-        kind = draw(st.sampled_from(["user", "assistant", "calls", "developer"]))
-        if kind in ("user", "developer"):
-            role: Literal["user", "developer"] = "user" if kind == "user" else "developer"
-            text = draw(TEXT)
-            raw: dict[str, Any] = {"role": role, "content": text}
-            out.append((raw, Message(role=role, content=[InputText(text=text)], id=f"msg_{step}", status="completed")))
-        elif kind == "assistant":
-            text = draw(TEXT)
-            stored = Message(
-                role="assistant",
-                content=[OutputText(text=text, annotations=[], logprobs=[])],
-                id=f"msg_{step}",
-                status="completed",
-            )
-            out.append(({"role": "assistant", "content": text}, stored))
-        else:
-            calls = draw(st.integers(1, 3))
-            args = [
-                json.dumps(draw(st.dictionaries(st.sampled_from(["city", "q", "n"]), st.integers() | TEXT, max_size=2)))
-                for _ in range(calls)
-            ]
-            names = [draw(st.sampled_from(["get_weather", "search"])) for _ in range(calls)]
-            for index in range(calls):
-                call_id = f"call_{step}_{index}"
-                raw = {"type": "function_call", "call_id": call_id, "name": names[index], "arguments": args[index]}
-                stored_call = FunctionCall(
-                    call_id=call_id,
-                    name=names[index],
-                    arguments=args[index],
-                    id=f"fc_{step}_{index}",
-                    status="completed",
-                )
-                out.append((raw, stored_call))
-            for index in range(calls):
-                call_id = f"call_{step}_{index}"
-                output = draw(TEXT)
-                raw = {"type": "function_call_output", "call_id": call_id, "output": output}
-                out.append((raw, FunctionCallOutput(call_id=call_id, output=output, id=f"fco_{step}_{index}")))
-    return out
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

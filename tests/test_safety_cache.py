@@ -28,7 +28,7 @@ from hotloop.wire.items import (
     Reasoning,
     SummaryText,
 )
-from test_safety import (
+from safety_support import (
     AWS_KEY_ID,
     ENCODED,
     GENERIC,
@@ -39,8 +39,8 @@ from test_safety import (
     OPENAI_PROJECT,
     PEM,
     SECRET_CASES,
-    _no_window,
     assistant,
+    no_window,
     tool_output,
     user,
 )
@@ -304,9 +304,9 @@ def test_cached_findings_never_contain_the_secret(rule: str, text: str, secret: 
     assert stage.cache_hits == 3
     assert _same(warm) == _same(cold) and warm.findings
     dump = msgspec.json.encode(warm.findings).decode() + warm.summary() + repr(warm)
-    assert _no_window(secret, dump), dump
+    assert no_window(secret, dump), dump
     held = repr([msgspec.to_builtins(value) for value in stage.cache.values()])
-    assert _no_window(secret, held), held
+    assert no_window(secret, held), held
 
 
 # -- the work a scan does (its cost per KB is measured by scripts/bench_safety.py) --------------------------------

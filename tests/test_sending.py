@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from conftest import RunningServer, start_server
 from hotloop.transports.sse import EventStreamResponse, SendState
 from hotloop.wire.events import Event
 from http_support import check_sequence, output_text, parse_sse
+from metrics_support import scrape, wait_for
 from schema import check_event
 from wsutil import WS, final
 
@@ -100,10 +100,18 @@ def _check_merged(events: list[dict[str, Any]]) -> None:
     assert "".join(delta["delta"] for delta in deltas) == done["text"] == output_text(response)
 
 
+def _finishing(server: RunningServer, transport: str) -> Callable[[], object]:
+    """A wait for the next response of `transport` to finish on the server (counted before its terminal event)."""
+    labels = {"model": "hotloop-sim", "status": "completed", "transport": transport}
+    before = scrape(server).value("hotloop_responses_total", **labels)
+    return lambda: wait_for(server, lambda now: now.value("hotloop_responses_total", **labels) > before, timeout=30)
+
+
 def test_a_slow_websocket_reader_gets_merged_deltas(sending_server: RunningServer) -> None:
+    finished = _finishing(sending_server, "websocket")
     with connect(sending_server.ws_url, sock=_slow_socket(sending_server.port), max_size=None) as ws:
         ws.send(json.dumps({"type": "response.create", "input": "go", "store": False, "metadata": LONG}))
-        time.sleep(3.0)  # not reading while the model writes
+        finished()  # not reading while the model writes it all
         events: list[dict[str, Any]] = []
         while not events or events[-1]["type"] != "response.completed":
             events.append(json.loads(ws.recv(timeout=30)))
@@ -120,8 +128,9 @@ def test_a_slow_sse_reader_gets_merged_deltas(sending_server: RunningServer) -> 
         f"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode()
+    finished = _finishing(sending_server, "sse")
     sock.sendall(head + body)
-    time.sleep(3.0)
+    finished()  # not reading while the model writes it all
     sock.settimeout(30)
     raw = b""
     while chunk := sock.recv(1 << 16):

@@ -4,6 +4,7 @@ accepting, refuses new creates (503), lets in-flight responses finish within `sh
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -116,6 +117,19 @@ def _wait_generating(server: ServerProcess, transport: str, count: int, timeout:
         time.sleep(0.02)
 
 
+def _wait_refusing(server: ServerProcess, timeout: float = 10.0) -> None:
+    """Poll until the server refuses new connections: its shutdown closes the listener and begins the drain in one
+    step (transports/server.py `Server.shutdown`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+        except OSError:
+            return
+        assert time.monotonic() < deadline, "the server still accepts connections"
+        time.sleep(0.02)
+
+
 def test_sigterm_drains_then_exits_cleanly(tmp_path: Path) -> None:
     server = ServerProcess(tmp_path, shutdown_grace_s=GRACE_S).wait_ready()
     try:
@@ -136,7 +150,7 @@ def test_sigterm_drains_then_exits_cleanly(tmp_path: Path) -> None:
 
         server.signal()
         sigterm_at = time.monotonic()
-        time.sleep(0.5)  # uvicorn notices the signal within 0.1 s
+        _wait_refusing(server)  # uvicorn noticed the signal (within 0.1 s): the drain has begun
         load.terminated.set()
         # A new create on an open HTTP connection is refused; new connections are not accepted.
         refused = keep_alive.post("/responses", json={"model": SIM, "input": "late"})

@@ -18,7 +18,7 @@ from openai.types.responses import ResponseSteerAcceptedEvent, ResponseSteerFail
 from conftest import RunningServer, start_server
 from hotloop.config import Upstream
 from simengine_support import SimEngineProcess
-from test_websocket_sdk import run_turn, ws_client
+from websocket_sdk_support import run_turn, ws_client
 from wsutil import TERMINAL, WEATHER, WS, check_sequence, final
 
 PACED = {"sim_tps": "200", "sim_output_tokens": "400"}  # two seconds of text: steered long before its end

@@ -7,6 +7,7 @@ when one is unreachable its tests fail.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -278,7 +279,7 @@ async def test_deletions_reach_other_replicas(opened: tuple[str, str, Store], tm
     replica = open_store(_settings(url, tmp_path, retention_ttl_s=3600.0))
     replica.start(heard.append, lambda: gaps.append(time.monotonic()))
     try:
-        await asyncio.sleep(0.3)  # subscribed
+        await _subscribed(store, heard)
         await store.save(A, response("resp_1"), [user("one")])
         await store.save(A, response("resp_old", created_at=int(time.time()) - 7200), [user("old")])
         assert await store.delete(A, "resp_1")
@@ -290,6 +291,22 @@ async def test_deletions_reach_other_replicas(opened: tuple[str, str, Store], tm
         assert gaps == []  # the first subscription is no gap
     finally:
         await replica.close()
+
+
+async def _subscribed(store: Store, heard: list[str], timeout: float = 10.0) -> None:
+    """Until a replica's deletion feed is subscribed: probes saved and deleted on `store`, one at a time, until the
+    replica hears one (a deletion before its subscription is not heard)."""
+    deadline = time.monotonic() + timeout
+    for n in itertools.count():
+        probe = f"resp_probe_{n}"
+        await store.save(A, response(probe, created_at=int(time.time())), [user("probe")])  # not swept: new
+        assert await store.delete(A, probe)
+        waited = time.monotonic() + 1.0  # more than SQLite's poll interval
+        while probe not in heard and time.monotonic() < waited:
+            await asyncio.sleep(0.02)
+        if any(name.startswith("resp_probe_") for name in heard):
+            return
+        assert time.monotonic() < deadline, "the replica never heard a deletion"
 
 
 async def _until(done: Any, what: str, timeout: float = 10.0) -> None:
@@ -564,8 +581,14 @@ async def test_sqlite_group_commit_fails_a_bad_write_alone(tmp_path: Path) -> No
     gate = threading.Event()
     batches: list[int] = []
     try:
-        blocker = asyncio.ensure_future(store._write(lambda conn: gate.wait(10)))  # holds the writer
-        await asyncio.sleep(0.05)
+        holding = threading.Event()
+
+        def hold(conn: sqlite3.Connection) -> None:
+            holding.set()
+            gate.wait(10)
+
+        blocker = asyncio.ensure_future(store._write(hold))
+        assert await asyncio.to_thread(holding.wait, 10)  # the writer runs the blocker
         saves = [store.save(A, response(f"resp_{n}"), [user(f"u{n}")]) for n in range(20)]
 
         def bad(conn: sqlite3.Connection) -> None:
@@ -573,7 +596,7 @@ async def test_sqlite_group_commit_fails_a_bad_write_alone(tmp_path: Path) -> No
             conn.execute("INSERT INTO no_such_table VALUES (1)")
 
         tasks = [asyncio.ensure_future(job) for job in [*saves[:10], store._write(bad), *saves[10:]]]
-        await asyncio.sleep(0.05)  # all queued behind the blocker
+        await _until(lambda: store._writes.qsize() == len(tasks), "the writes queue behind the blocker")
         gate.set()
         outcomes = await asyncio.gather(blocker, *tasks, return_exceptions=True)
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +24,8 @@ from wsutil import WS, final
 
 class Proxy:
     """A TCP relay to a real server on a fixed local port; `cut()` drops every connection and refuses new ones
-    (as a dead host would, but at once), `restore()` listens again."""
+    (as a dead host would, but at once; `counting`: each is accepted and reset at once, and counted for
+    `wait_refused`), `restore()` listens again."""
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
@@ -31,37 +33,72 @@ class Proxy:
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._listener: socket.socket | None = None
+        self._cut = False
+        self._refused = threading.Condition()
+        self.refused = 0  # connections reset while cut
         self.restore()
 
     def restore(self) -> None:
+        if self._listener is not None:  # cut, counting: the listener resetting connections goes
+            self._close_listener()
+        self._cut = False
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
         listener.listen(64)
         self.port = listener.getsockname()[1]
         self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        threading.Thread(target=self._accept, args=(listener, False), daemon=True).start()
 
-    def cut(self) -> None:
-        assert self._listener is not None
-        # shutdown() wakes the thread blocked in accept(); close() alone would leave it accepting on Linux.
-        with contextlib.suppress(OSError):
-            self._listener.shutdown(socket.SHUT_RDWR)
-        self._listener.close()
-        self._listener = None
+    def cut(self, counting: bool = False) -> None:
+        self._close_listener()
         with self._lock:
             for sock in self._open:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
                 sock.close()
             self._open.clear()
+        self._cut = True
+        if not counting:
+            return
+        with self._refused:
+            self.refused = 0
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener, True), daemon=True).start()
 
-    def _accept(self, listener: socket.socket) -> None:
+    def wait_refused(self, count: int = 1, timeout: float = 10.0) -> None:
+        """Until `count` connections were reset since the cut: the client noticed it and tried again."""
+        with self._refused:
+            assert self._refused.wait_for(lambda: self.refused >= count, timeout), "no connection tried while cut"
+
+    def _close_listener(self) -> None:
+        assert self._listener is not None
+        # shutdown() wakes the thread blocked in accept(); close() alone would leave it accepting on Linux.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        self._listener = None
+
+    def _reset(self, client: socket.socket) -> None:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a RST
+        client.close()
+        with self._refused:
+            self.refused += 1
+            self._refused.notify_all()
+
+    def _accept(self, listener: socket.socket, cut: bool) -> None:
         while True:
             try:
                 client, _ = listener.accept()
             except OSError:
-                return  # cut
+                return  # the listener closed
+            if cut:
+                self._reset(client)
+                continue
             try:
                 server = socket.create_connection(self.target, timeout=5)
             except OSError:
@@ -84,8 +121,10 @@ class Proxy:
                 sink.shutdown(socket.SHUT_WR)
 
     def close(self) -> None:
-        if self._listener is not None:
+        if not self._cut:
             self.cut()
+        if self._listener is not None:
+            self._close_listener()
 
 
 @pytest.fixture
@@ -221,10 +260,10 @@ def test_delete_missed_during_a_feed_gap(tmp_path: Path, cleanup: list[tuple[str
             ws_stored = final(ws.turn(model="hotloop-sim", input="stored", store=True, stream_id="stored"))["id"]
             ws_local = final(ws.turn(model="hotloop-sim", input="local", store=False, stream_id="local"))["id"]
 
-            proxy.cut()  # B's feed is down: it cannot hear the DELETEs below
+            proxy.cut(counting=True)  # B's feed is down: it cannot hear the DELETEs below
             for doomed in (response_id, ws_stored):
                 assert http_a.delete(f"/responses/{doomed}").status_code == 200
-            time.sleep(0.5)  # B notices and retries while the proxy is still cut
+            proxy.wait_refused()  # B noticed and tried again while the proxy is still cut
             proxy.restore()
 
             deadline = time.monotonic() + 15  # B reconnects within its backoff (at most 5 s)

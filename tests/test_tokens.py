@@ -17,13 +17,10 @@ from hotloop.chat.format import ChatFormat
 from hotloop.chat.incremental import INLINE, Encoder, PromptRenderer, TokenCache, probe_incremental, run_inline
 from hotloop.chat.messages import chat_messages, item_messages, system_message
 from hotloop.chat.reasoning import ReasoningPrompt, ReplayPolicy, replay_from
-from hotloop.chat.render import PromptBase
 from hotloop.models import Model
 from hotloop.pipeline import prepare as turn_module
-from hotloop.pipeline.prompt import render_prompt
 from hotloop.wire.items import ContextItem, FunctionCall, InputText, Message, Reasoning, ReasoningText
-from hotloop.wire.request import CreateRequest
-from test_render import TOOLS, conversations
+from render_support import TOOLS, check_turns, conversations, thinking_conversations
 from wsutil import WS, final
 
 
@@ -64,19 +61,6 @@ def test_chain_of_extends_equals_full_render_every_turn(
     assert renderer.stats.fallbacks == 0
 
 
-@st.composite
-def thinking_conversations(draw: st.DrawFn) -> list[ContextItem]:
-    """The conversations above with a model's reasoning before some of its answers and calls (some empty)."""
-    out: list[ContextItem] = []
-    for step, (_, item) in enumerate(draw(conversations())):
-        starts_turn = isinstance(item, FunctionCall | Message) and getattr(item, "role", "assistant") == "assistant"
-        if starts_turn and not isinstance(out[-1:] and out[-1], FunctionCall) and draw(st.booleans()):
-            text = draw(st.text(max_size=30))
-            out.append(Reasoning(summary=[], id=f"rs_{step}", content=[ReasoningText(text=text)] if text else []))
-        out.append(item)
-    return out
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(items=thinking_conversations(), data=st.data())
 @pytest.mark.parametrize("replay", ["chain", "all", "none"])
@@ -92,22 +76,6 @@ def test_reasoning_renders_incrementally_like_the_full_render_under_each_replay_
         return chat.tokens(chat_messages(instructions, tools, turn, replay_from(replay, turn)))
 
     check_turns(model, items, data, full)
-
-
-def check_turns(model: Model, items: list[ContextItem], data: st.DataObject, full: Any) -> None:
-    """`render_prompt` over random cuts of `items` into turns: each turn's prompt is `full(instructions, tools,
-    the turn's items)`, whether it extended the chain's rendered state or rendered again."""
-    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(items) - 1)), max_size=5)))
-    request = CreateRequest(instructions=data.draw(st.none() | st.text(max_size=20)))
-    tools = data.draw(st.sampled_from([(), tuple(TOOLS)]))
-    renderer = PromptRenderer(TokenCache(1 << 20), encoder=INLINE)
-    base: PromptBase | None = None
-    for start, end in itertools.pairwise([0, *cuts, len(items)]):
-        prompt = run_inline(render_prompt(renderer, model, request, tools, base, items[start:end]))
-        turn = items[:end]
-        assert prompt.tokens.tolist() == full(request.instructions, tools, turn), (start, end)
-        base = PromptBase(turn, prompt.state, model.chat)
-    assert renderer.stats.fallbacks == 0
 
 
 def test_a_think_block_and_the_answer_after_it_render_as_the_model_wrote_them(chat: ChatFormat) -> None:

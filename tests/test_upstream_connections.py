@@ -97,7 +97,9 @@ async def _turns(engine: StaleEngine, count: int) -> TokensBackend:
         for _ in range(count):
             deltas = [delta async for delta in backend.generate(GenerationRequest(prompt_tokens=[1, 2, 3]))]
             assert deltas[0] == TextDelta("Hello") and isinstance(deltas[-1], Finished)
-            await asyncio.sleep(0.05)  # the stream's end is read in the background: the connection is pooled again
+            # The stream's end is read in the background (upstream.py `_drain`); once read, the connection is
+            # pooled again for the next turn.
+            await asyncio.gather(*backend._drains._tasks)
     finally:
         await backend.close()
     return backend

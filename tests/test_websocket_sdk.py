@@ -10,12 +10,12 @@ import openai
 import pytest
 from jsonschema import Draft202012Validator
 from openai.lib.responses_websocket import ResponsesWebSocketLimits, ResponsesWebSocketSession
-from openai.resources.responses.responses import ResponsesConnection
 from openai.types.responses import Response, ResponseSteerFailedEvent
 from openai.types.responses.responses_server_event import ResponseWsError
 
 from conftest import RunningServer
-from wsutil import TERMINAL, WEATHER, check_frame, check_sequence
+from websocket_sdk_support import run_turn, ws_client
+from wsutil import WEATHER, check_frame
 
 TIME = {
     "type": "function",
@@ -24,30 +24,6 @@ TIME = {
     "parameters": {"type": "object", "properties": {"tz": {"type": "string", "enum": ["UTC", "CET"]}}},
 }
 TOOLS: dict[str, dict[str, Any]] = {tool["name"]: tool for tool in (WEATHER, TIME)}  # type: ignore[misc]
-
-
-def ws_client(server: RunningServer, **kwargs: Any) -> openai.OpenAI:
-    return server.client(websocket_base_url=server.base_url.replace("http", "ws"), **kwargs)
-
-
-def run_turn(conn: ResponsesConnection, **body: Any) -> tuple[Response, list[Any]]:
-    """Send one create through the SDK; its events (schema-checked raw, then typed) and final Response."""
-    conn.response.create(**body)
-    frames: list[dict[str, Any]] = []
-    typed: list[Any] = []
-    while True:
-        data = conn.recv_bytes()
-        frame = json.loads(data)
-        check_frame(frame)
-        assert frame["type"] != "error", frame
-        frames.append(frame)
-        typed.append(conn.parse_event(data))
-        if frame["type"] in TERMINAL:
-            break
-    check_sequence(frames)
-    final = typed[-1].response
-    assert isinstance(final, Response)
-    return final, typed
 
 
 def test_tool_loop_without_storage(server: RunningServer) -> None:

@@ -5,10 +5,12 @@ When the turn's rendered prompt has at least N tokens (`start_turn` decides, `pl
 generates (`run`, from `Turn.events` after `response.in_progress`):
 
 1. The model summarizes the context, the new input included (`SUMMARY_INSTRUCTIONS`, at most
-   `SUMMARY_MAX_TOKENS`, no tools; the oldest items are left out of this one prompt if it would not fit the window).
+   `SUMMARY_MAX_TOKENS` and `SUMMARY_SHARE` of N, no tools; the oldest items are left out of this one prompt if it
+   would not fit the window).
 2. A `compaction` output item streams first (`output_item.added` / `.done`): sealed, it carries the summary, the
    user messages verbatim (newest first, within about N characters) and the new input with the calls it answers
-   (chat/compacted.py).
+   (chat/compacted.py), less the largest of these while the compacted context is not below `COMPACTED_SHARE` of
+   N (the summary covers them: they were in its prompt), so the next turn does not compact again.
 3. The turn generates on the compacted context: the kept user messages, the summary, the new input. That prompt
    is the chain's rendered state, which its next turn extends (pipeline/prior.py `Chain.prompt_base`), so an engine's
    prefix cache misses once.
@@ -39,7 +41,17 @@ from hotloop.pipeline.service import Service
 from hotloop.sealing import seal
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
-from hotloop.wire.items import Compaction, ContextItem, Message, OutputItem, OutputText
+from hotloop.wire.items import (
+    Compaction,
+    ContextItem,
+    CustomToolCall,
+    CustomToolCallOutput,
+    FunctionCall,
+    FunctionCallOutput,
+    Message,
+    OutputItem,
+    OutputText,
+)
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import ErrorInfo, Response, Usage
 
@@ -49,6 +61,9 @@ SUMMARY_INSTRUCTIONS = (
 )
 SUMMARY_MAX_TOKENS = 1024
 DEFAULT_SHARE = 0.8
+# The compacted context's bound, of the threshold: below it, the context has room to grow before it compacts again.
+COMPACTED_SHARE = 0.5
+SUMMARY_SHARE = 0.25  # the summary's bound, of the threshold (a small threshold's compacted context fits below it)
 _encode = msgspec.json.Encoder().encode
 
 
@@ -141,17 +156,72 @@ async def run(
     response_id: str,
     transport: str,
 ) -> Compacted:
-    """Summarize, seal, and render the compacted context; raises `CompactionFailed` (the turn then fails)."""
+    """Summarize, seal, and render the compacted context; raises `CompactionFailed` (the turn then fails).
+
+    The compacted context lands below `COMPACTED_SHARE` of the threshold in this one step, or the next turn would
+    compact again: while it does not, the largest of what it keeps verbatim (`_shed`) is left to the summary, which
+    was made from all of it; at the end the summary alone."""
     summary, usage = await _summarize(service, model, request, plan, f"{response_id}_compaction", transport)
-    users = kept_users(plan.history, budget_chars=plan.threshold)
-    tail = kept_tail(plan.history, plan.new_items)
-    sealed = seal(carried(summary, users, tail, plan.calls), service.secret)
-    item = Compaction(encrypted_content=sealed, id=new_id("cmp"))
-    try:
-        prompt = await render_prompt(service.renderer, model, request, tools, None, [item])
-    except HotloopError as exc:  # the compacted context itself does not fit the window
-        raise CompactionFailed(ErrorInfo(code=exc.code or "context_length_exceeded", message=str(exc))) from None
-    return Compacted(item=item, prompt=prompt.tokens, rendered=prompt.state, items=list(prompt.items), usage=usage)
+    kept = _Verbatim(kept_users(plan.history, budget_chars=plan.threshold), kept_tail(plan.history, plan.new_items))
+    bound = int(plan.threshold * COMPACTED_SHARE)
+    item_id = new_id("cmp")
+    while True:
+        users, tail = kept.items()
+        item = Compaction(encrypted_content=seal(carried(summary, users, tail, plan.calls), service.secret), id=item_id)
+        try:
+            prompt = await render_prompt(service.renderer, model, request, tools, None, [item])
+        except HotloopError as exc:  # past the window
+            if not kept.pieces:  # the summary alone does not fit
+                error = ErrorInfo(code=exc.code or "context_length_exceeded", message=str(exc))
+                raise CompactionFailed(error) from None
+            kept.shed(model.context_window - bound)
+            continue
+        items = list(prompt.items)
+        compacted = Compacted(item=item, prompt=prompt.tokens, rendered=prompt.state, items=items, usage=usage)
+        # A model behind a chat API is measured as `crosses` measures a turn's new input: characters / 4.
+        size = sum(len(_encode(entry)) for entry in items) // 4 if model.takes_messages else len(prompt.tokens)
+        if size < bound or not kept.pieces:
+            return compacted
+        kept.shed(size - bound)
+
+
+class _Verbatim:
+    """What a compaction keeps verbatim (its user messages, then its tail), in pieces it may leave to the summary:
+    a user message, a call with the outputs that answer it, any other item of the tail."""
+
+    def __init__(self, users: Sequence[ContextItem], tail: Sequence[ContextItem]) -> None:
+        self.users, self.tail = list(users), list(tail)
+        every = [*self.users, *self.tail]
+        groups: dict[str | int, list[int]] = {}
+        for index, item in enumerate(every):
+            key: str | int = index
+            if index >= len(self.users) and isinstance(
+                item, FunctionCall | FunctionCallOutput | CustomToolCall | CustomToolCallOutput
+            ):
+                key = f"call:{item.call_id}"
+            groups.setdefault(key, []).append(index)
+        # (the indices of a piece's items in `every`, its size in characters)
+        self.pieces = [(group, sum(len(_encode(every[n])) for n in group)) for group in groups.values()]
+
+    def items(self) -> tuple[list[ContextItem], list[ContextItem]]:
+        """The user messages and the tail still kept, in their order."""
+        left = {n for group, _ in self.pieces for n in group}
+        users = [item for n, item in enumerate(self.users) if n in left]
+        tail = [item for n, item in enumerate(self.tail, len(self.users)) if n in left]
+        return users, tail
+
+    def shed(self, excess: int) -> None:
+        """Leave the largest pieces to the summary: at least one, and of `excess` characters or more together (a
+        token is about a character or more, so fewer would seldom do; the caller measures again)."""
+        order = sorted(range(len(self.pieces)), key=lambda n: self.pieces[n][1], reverse=True)
+        dropped: set[int] = set()
+        chars = 0
+        for n in order:
+            dropped.add(n)
+            chars += self.pieces[n][1]
+            if chars >= excess:
+                break
+        self.pieces = [piece for n, piece in enumerate(self.pieces) if n not in dropped]
 
 
 async def _summarize(
@@ -165,7 +235,7 @@ async def _summarize(
     generation = GenerationRequest(
         prompt_tokens=array("i"),
         tool_choice="none",
-        max_output_tokens=SUMMARY_MAX_TOKENS,
+        max_output_tokens=min(SUMMARY_MAX_TOKENS, int(plan.threshold * SUMMARY_SHARE)),
         metadata=dict(request.metadata or {}),
         response_id=generation_id,
     )
@@ -181,10 +251,11 @@ async def _generate(service: Service, model: Model, generation: GenerationReques
     """The summary's generation: the same stall-bounded loop as the answer's (generate.py), its events dropped
     and its text read back from a scratch response."""
     scratch = Response(id=generation.response_id or "compaction", created_at=0, model=model.id)
+    builder = ResponseBuilder(scratch)
     run = Generation(
         model,
         generation,
-        ResponseBuilder(scratch),
+        builder,
         StageTimings(),
         service.metrics,
         service.settings.backend_timeout_s,
@@ -196,6 +267,7 @@ async def _generate(service: Service, model: Model, generation: GenerationReques
     if outcome.status == "failed" or outcome.usage is None:
         message = outcome.error.message if outcome.error is not None else "the model ended early."
         raise CompactionFailed(ErrorInfo(code="server_error", message=f"Could not compact: {message}"))
+    builder.close(outcome.status, outcome.usage)  # the open message joins the scratch output
     text = "".join(
         part.text
         for item in scratch.output

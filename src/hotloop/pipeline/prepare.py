@@ -63,17 +63,18 @@ async def start_turn(
     with timings.stage("safety"):
         scanned = await service.safety.scan_async(prior.safety_states(service.safety), fresh, service.tokenize_pool)
         safety = prior.scanned(scanned)
-    remember(
-        service,
-        session,
-        request,
-        inputs,
-        calls=call_ids,
-        safety=safety,
-        rendered=prompt.state,
-        chat=model.chat,
-        tools=tools,
-    )
+    if not options.measure_only:  # a measured turn leaves nothing for a later request
+        remember(
+            service,
+            session,
+            request,
+            inputs,
+            calls=call_ids,
+            safety=safety,
+            rendered=prompt.state,
+            chat=model.chat,
+            tools=tools,
+        )
     response = _new_response(request, model, tools.echo, choice, conversation_id, safety)
     prepared = Prepared(
         request=request,

@@ -48,6 +48,10 @@ class TurnOptions(msgspec.Struct, frozen=True, kw_only=True):
     inband_errors: bool = False  # SSE: an `error` event precedes `response.failed` (protocol.md §2.9)
     transport: str = "http"  # "http" | "sse" | "websocket": kept in the usage record and metrics
     include_timings: bool = False  # header `x-responsesapi-include-timing-metrics: true`
+    # Only measured (POST /v1/responses/input_tokens): never run, so nothing is stored and the store is not probed,
+    # and its input is not kept for a later resend (pipeline/inputs.py `remember`).
+    measure_only: bool = False
 
 
 DEFAULT_OPTIONS = TurnOptions()
+MEASURE_OPTIONS = TurnOptions(measure_only=True)

@@ -18,8 +18,7 @@ from hotloop.pipeline import background
 from hotloop.pipeline.admission.entry import admit
 from hotloop.pipeline.objects import responses as stored
 from hotloop.pipeline.objects.compact import compact
-from hotloop.pipeline.prepare import start_turn
-from hotloop.pipeline.prepared import TurnOptions
+from hotloop.pipeline.prepared import MEASURE_OPTIONS, TurnOptions
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Session, owner_of
 from hotloop.pipeline.turn import Turn
@@ -200,7 +199,7 @@ async def list_usage(request: Request) -> Response:
 async def count_input_tokens(request: Request) -> Response:
     service, session = http_session(request)
     create = decode_create(await read_body(request, service.settings.max_body_bytes))
-    turn = await start_turn(service, session, create)
+    turn = await admit(service, session, create, MEASURE_OPTIONS)  # the drain and the rate limit apply; never run
     return JSONResponse(
         {"object": "response.input_tokens", "input_tokens": len(turn.prepared.generation.prompt_tokens)}
     )

@@ -1,4 +1,4 @@
-"""Admission: the one way a create becomes a turn, on every transport (HTTP, SSE, WebSocket, compact).
+"""Admission: the one way a create becomes a turn, on every transport (HTTP, SSE, WebSocket, compact, input_tokens).
 
 In a fixed order, each check refusing before anything later runs, so a refused create generates nothing and
 stores nothing:
@@ -6,7 +6,8 @@ stores nothing:
 1. the drain: a server shutting down takes no new work (503 `server_is_overloaded`, drain.py);
 2. the key's rate limit: requests per minute, and tokens per minute already spent (429, limits.py);
 3. the store, when the response will be stored: a store seen down is probed first (503 `store_unavailable`,
-   stores/health.py), so the create fails before it generates rather than at its save;
+   stores/health.py), so the create fails before it generates rather than at its save (not for a turn that is
+   only measured, `TurnOptions.measure_only`: POST /v1/responses/input_tokens);
 4. `start_turn`: validate, resolve, normalize, render and scan (pipeline/prepare.py).
 
 A WebSocket connection is admitted once, at its upgrade (`admit_connection`: the drain, then a connection slot
@@ -37,7 +38,7 @@ async def admit(
     try:
         service.drain.check()
         service.rate_limiter.admit(session.owner)
-        if request.store is not False:
+        if request.store is not False and not options.measure_only:  # a measured turn stores nothing
             await service.store.ensure_available()
         return await start_turn(service, session, request, options, received_at)
     except Exception:
