@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,8 @@ import openai
 import pytest
 
 from hotloop.config import Settings
+from hotloop.pipeline.service import Service
+from hotloop.transports.app import build_service
 from hotloop.transports.server import ThreadedServer
 
 FAST_SIM = {"sim_ttft_ms": 0.0, "sim_tps": 50_000.0}
@@ -67,6 +69,17 @@ def keyed_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSe
     running = start_server(tmp_path_factory.mktemp("keyed"), api_keys=["key-a", "key-b"], models=["hotloop-sim"])
     yield running
     running.stop()
+
+
+@pytest.fixture
+async def sim_service(tmp_path: Path) -> AsyncIterator[Service]:
+    """A built service with no socket (hotloop-sim, SQLite in a temporary directory): the pipeline as every
+    transport drives it, for the fast tier."""
+    settings = Settings(data_dir=str(tmp_path), models=["hotloop-sim"], default_model="hotloop-sim", **FAST_SIM)
+    built = build_service(settings)
+    built.start()
+    yield built
+    await built.close()
 
 
 @pytest.fixture

@@ -4,21 +4,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, cast
 
 import msgspec
 import pytest
 
 from hotloop.chat.compacted import SUMMARY_HEADER, carried, carries, kept_tail, kept_users
-from hotloop.config import Settings
 from hotloop.models import Model
 from hotloop.pipeline import compaction
 from hotloop.pipeline.compaction import COMPACTED_SHARE, DEFAULT_SHARE, SUMMARY_MAX_TOKENS, crosses, plan, threshold
 from hotloop.pipeline.service import Service
 from hotloop.sealing import seal
-from hotloop.transports.app import build_service
 from hotloop.wire.items import (
     Compaction,
     ContextItem,
@@ -136,12 +132,8 @@ def test_plan_reads_the_context_from_its_latest_compaction() -> None:
 
 
 @pytest.fixture
-async def service(tmp_path: Path) -> AsyncIterator[Service]:
-    settings = Settings(data_dir=str(tmp_path), models=[SIM], default_model=SIM, sim_ttft_ms=0.0, sim_tps=50_000.0)
-    built = build_service(settings)
-    built.start()
-    yield built
-    await built.close()
+def service(sim_service: Service) -> Service:
+    return sim_service
 
 
 def words(count: int) -> str:

@@ -5,14 +5,12 @@ create and the parent it evicts. Lanes, limits and closes: tests/test_lanes.py."
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import msgspec
 import pytest
 
-from hotloop.config import Settings
 from hotloop.errors import HotloopError
 from hotloop.pipeline.admission.entry import admit
 from hotloop.pipeline.admission.lanes import LaneLimits
@@ -21,7 +19,6 @@ from hotloop.pipeline.connection.protocol import ConnectionProtocol
 from hotloop.pipeline.connection.responses import Stream
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.steering import MAX_PENDING
-from hotloop.transports.app import build_service
 from hotloop.wire.events import Event
 
 pytestmark = pytest.mark.fast
@@ -38,12 +35,8 @@ Frame = dict[str, Any]
 
 
 @pytest.fixture
-async def service(tmp_path: Path) -> AsyncIterator[Service]:
-    settings = Settings(data_dir=str(tmp_path), models=[SIM], default_model=SIM, sim_ttft_ms=0.0, sim_tps=50_000.0)
-    built = build_service(settings)
-    built.start()
-    yield built
-    await built.close()
+def service(sim_service: Service) -> Service:
+    return sim_service
 
 
 @pytest.fixture

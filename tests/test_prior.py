@@ -4,21 +4,17 @@ directory) with no socket."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
-from hotloop.config import Settings
 from hotloop.errors import InvalidParam
 from hotloop.pipeline.inputs import gather, match_resent
 from hotloop.pipeline.prepare import start_turn
 from hotloop.pipeline.prior import NOTHING, Chain, Conversation, ResentHistory, conversation_id_of
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Session
-from hotloop.transports.app import build_service
 from hotloop.wire.items import FunctionCall, InputText, Message
 from hotloop.wire.request import CreateRequest, decode_create
 
@@ -29,11 +25,8 @@ TOOLS = [{"type": "function", "name": "shell", "parameters": {"type": "object", 
 
 
 @pytest.fixture
-async def service(tmp_path: Path) -> AsyncIterator[Service]:
-    built = build_service(Settings(data_dir=str(tmp_path), models=[SIM], default_model=SIM, sim_ttft_ms=0.0))
-    built.start()
-    yield built
-    await built.close()
+def service(sim_service: Service) -> Service:
+    return sim_service
 
 
 def _create(**body: Any) -> CreateRequest:

@@ -14,12 +14,12 @@ from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 
 from hotloop.config import Settings
-from hotloop.console.routes import console_routes
 from hotloop.errors import HotloopError, NotFound, ServerError
 from hotloop.observability.logs import RequestIds
 from hotloop.pipeline.service import Service
 from hotloop.transports import http
 from hotloop.transports.asgi import error_response
+from hotloop.transports.console import console_routes
 from hotloop.transports.conversations import conversation_routes
 from hotloop.transports.doors import Doors, DoorsMiddleware
 from hotloop.transports.websocket import websocket_endpoint

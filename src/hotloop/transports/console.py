@@ -1,4 +1,5 @@
-"""The console's routes: the page and its static files, and `GET /v1/console/state` (the live numbers).
+"""The console's routes (the console itself: hotloop/console/): the page and its static files, and
+`GET /v1/console/state` (the live numbers).
 
 The state shows every key's connections and usage, so on a server with API keys it answers only the operator's
 `admin_key`; a server without keys (a developer's machine) serves it to anyone who can reach it, like /metrics.
@@ -14,12 +15,13 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from hotloop import console
 from hotloop.console.snapshot import snapshot
 from hotloop.errors import HotloopError, NotFound, Unauthorized
 from hotloop.pipeline.service import Service
 from hotloop.transports.auth import presented_key
 
-STATIC = Path(__file__).parent / "static"
+STATIC = Path(console.__file__).parent / "static"
 
 
 class ConsoleForbidden(HotloopError):
