@@ -78,13 +78,19 @@ else:
 """
 
 
-async def _send_big(server: ServerProcess, kind: str, transport: str, tmp: Path) -> dict[str, Any]:
-    """Send the body from another process, so that building and writing it costs this process (the streaming
-    client's) nothing."""
+def _write_body(kind: str, transport: str, tmp: Path) -> Path:
+    """The body, written before the streaming starts: encoding 90 000 tools takes this process a good part of a
+    second, which would show as a gap in its own streaming client, not the server's."""
     frame = {"type": "response.create"} if transport == "websocket" else {}
     path = tmp / "body.json"
     path.write_text(json.dumps({**frame, "model": "hotloop-sim", **_body(kind)}))
     assert MAX_BODY // 2 < path.stat().st_size <= MAX_BODY
+    return path
+
+
+async def _send_big(server: ServerProcess, path: Path, transport: str) -> dict[str, Any]:
+    """Send the body from another process, so that writing it costs this process (the streaming client's)
+    nothing."""
     url = server.base_url + "/responses" if transport == "http" else server.ws_url
     sender = await asyncio.create_subprocess_exec(
         sys.executable, "-c", SENDER, transport, url, str(path), stdout=asyncio.subprocess.PIPE
@@ -103,13 +109,14 @@ async def _send_big(server: ServerProcess, kind: str, transport: str, tmp: Path)
 async def test_other_sessions_keep_streaming_while_a_maximal_body_is_handled(
     served: ServerProcess, kind: str, transport: str, tmp_path: Path
 ) -> None:
+    path = _write_body(kind, transport, tmp_path)
     stop = asyncio.Event()
     gaps: list[float] = []
     streaming = asyncio.create_task(_stream(served.ws_url, stop, gaps))
     while len(gaps) < 50:  # streaming has begun
         await asyncio.sleep(0.05)
     before = len(gaps)
-    error = await _send_big(served, kind, transport, tmp_path)
+    error = await _send_big(served, path, transport)
     after = len(gaps)
     while len(gaps) < after + 50:  # the stream goes on past the refusal (a freeze after it shows as a gap too)
         await asyncio.sleep(0.01)
