@@ -20,8 +20,21 @@ FAST_SIM = {"sim_ttft_ms": 0.0, "sim_tps": 50_000.0}
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "fast: the fast tier (`make unit-fast`): no server, subprocess or external service; under a minute"
+        "markers", "fast: the fast tier (`make unit-fast`): no server, subprocess or external service; under 30 s"
     )
+    config.addinivalue_line(
+        "markers", "exhaustive: checks every case (every BMP character, every token); `make test` only"
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With `-m fast`, a test module that marks nothing fast is not imported at all: importing every module (the
+    SDKs, the browser driver, the servers' helpers) took longer than the fast tests themselves."""
+    if not config.getoption("markexpr").startswith("fast") or collection_path.suffix != ".py":
+        return None
+    if not collection_path.name.startswith("test_"):
+        return None
+    return "mark.fast" not in collection_path.read_text(encoding="utf-8")
 
 
 class RunningServer(ThreadedServer):

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import start_server
+from examples_support import examples
 from hotloop.backends.base import (
     Delta,
     GenerationRequest,
@@ -170,7 +171,7 @@ def test_the_prompt_is_harmony_with_the_tools_as_typescript(fmt: ChatFormat) -> 
 
 
 @pytest.mark.fast
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(items=thinking_conversations(), data=st.data())
 @pytest.mark.parametrize("replay", ["chain", "all"])
 def test_harmony_renders_incrementally_like_the_full_render(

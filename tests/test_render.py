@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from examples_support import examples
 from hotloop.backends.base import ToolCallDelta, ToolCallStart
 from hotloop.backends.local.gguf import smollm2_chat_format
 from hotloop.backends.toolcalls.text import ToolCallParser
@@ -279,7 +280,7 @@ def test_image_token_cost(size: tuple[int, int], detail: str | None, tokens: int
 # -- purity and prefix stability (hypothesis) -----------------------------------------------------------------------
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(conversation=conversations(), data=st.data())
 def test_continuation_renders_like_the_full_request(
     chat: ChatFormat, conversation: list[tuple[dict[str, Any], ContextItem]], data: st.DataObject
@@ -298,7 +299,7 @@ def test_continuation_renders_like_the_full_request(
     assert chat.tokens(chat_messages(instructions, tools, list(continued))) == expected
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(conversation=conversations(), instructions=st.none() | TEXT)
 def test_smollm2_template_is_prefix_stable(
     chat: ChatFormat, conversation: list[tuple[dict[str, Any], ContextItem]], instructions: str | None
@@ -311,7 +312,7 @@ def test_smollm2_template_is_prefix_stable(
         assert whole[: len(head)] == head, (k, messages[:k])
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(answer=TEXT.filter(lambda text: not text[:1].isspace()), follow_up=TEXT)
 def test_generation_prompt_prefixes_the_replayed_answer(chat: ChatFormat, answer: str, follow_up: str) -> None:
     """The prompt the model answered (ending in the generation prompt) prefixes the prompt that replays the answer.

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from examples_support import examples
 from hotloop.backends.local.bpe import BPETokenizer, load_bpe
 from hotloop.backends.local.gguf import GGUFTokenizer, load_llama, smollm2_chat_format, smollm2_path
 from hotloop.backends.rust_tokenizer import LONG_TEXT
@@ -38,6 +39,7 @@ def test_the_served_chat_format_uses_fastokens() -> None:
     assert tokenizer._tokenizer.engine == "fastokens"
 
 
+@pytest.mark.exhaustive
 def test_max_token_chars_bounds_every_token(reference: GGUFTokenizer) -> None:
     """The cheap lower bound on a text's tokens (characters / max_token_chars) holds for every single token."""
     bpe = load_bpe(smollm2_path())
@@ -83,6 +85,7 @@ def test_tokenless_control_characters_go_to_llama_cpp(pair: tuple[BPETokenizer, 
     assert fast.encode(text) == reference.encode(text)
 
 
+@pytest.mark.exhaustive
 def test_no_other_bmp_character_needs_llama_cpp(pair: tuple[BPETokenizer, GGUFTokenizer]) -> None:
     """Every BMP character, in contexts where a split matters, gives the same ids on both sides (512 characters
     per text: a difference anywhere in one shows as a difference of the whole)."""
@@ -93,7 +96,7 @@ def test_no_other_bmp_character_needs_llama_cpp(pair: tuple[BPETokenizer, GGUFTo
         assert fast.encode(text) == reference.encode(text), hex(codes[start])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.lists(st.text(ALPHABET, max_size=12) | PIECES, max_size=12))
 def test_same_ids_as_llama_cpp_on_random_text(pair: Any, parts: list[str]) -> None:
     fast, reference = pair
@@ -104,7 +107,7 @@ def test_same_ids_as_llama_cpp_on_random_text(pair: Any, parts: list[str]) -> No
 LINES = st.lists(st.text(ALPHABET, max_size=30) | PIECES | st.sampled_from(["", " ", "\t\t", "x = 1", "  def f():"]))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(LINES.map("\n".join), min_size=1, max_size=4).map("\n".join))
 def test_same_ids_as_llama_cpp_on_long_texts(pair: Any, text: str) -> None:
     """Long texts (a big tool output) take the path that releases the GIL in both engines."""

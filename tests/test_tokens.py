@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import RunningServer
+from examples_support import examples
 from hotloop.backends.local.gguf import smollm2_chat_format
 from hotloop.chat.format import ChatFormat
 from hotloop.chat.incremental import INLINE, Encoder, PromptRenderer, TokenCache, probe_incremental, run_inline
@@ -31,7 +32,7 @@ def chat() -> ChatFormat:
     return fmt
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(conversation=conversations(), data=st.data())
 def test_chain_of_extends_equals_full_render_every_turn(
     chat: ChatFormat, conversation: Any, data: st.DataObject
@@ -61,7 +62,7 @@ def test_chain_of_extends_equals_full_render_every_turn(
     assert renderer.stats.fallbacks == 0
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(items=thinking_conversations(), data=st.data())
 @pytest.mark.parametrize("replay", ["chain", "all", "none"])
 def test_reasoning_renders_incrementally_like_the_full_render_under_each_replay_policy(
