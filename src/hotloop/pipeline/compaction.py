@@ -159,8 +159,8 @@ async def run(
     """Summarize, seal, and render the compacted context; raises `CompactionFailed` (the turn then fails).
 
     The compacted context lands below `COMPACTED_SHARE` of the threshold in this one step, or the next turn would
-    compact again: while it does not, the largest of what it keeps verbatim (`_shed`) is left to the summary, which
-    was made from all of it; at the end the summary alone."""
+    compact again: while it does not, the largest of what it keeps verbatim (`_Verbatim.shed`) is left to the
+    summary, which was made from all of it; at the end the summary alone."""
     summary, usage = await _summarize(service, model, request, plan, f"{response_id}_compaction", transport)
     kept = _Verbatim(kept_users(plan.history, budget_chars=plan.threshold), kept_tail(plan.history, plan.new_items))
     bound = int(plan.threshold * COMPACTED_SHARE)
