@@ -124,6 +124,23 @@ def _prune_deletions(before: float, conn: sqlite3.Connection) -> None:
     conn.execute("DELETE FROM deletions WHERE at < ?", (before,))
 
 
+WAL_WAIT_S = 10.0  # how long opening waits for another process switching a new database to WAL
+
+
+def _wal(conn: sqlite3.Connection) -> None:
+    """WAL mode. Worker processes that open a new database at once (`--workers N`) contend for switching it, and
+    SQLite answers that contention with `database is locked` at once, without its busy timeout: try again."""
+    deadline = time.monotonic() + WAL_WAIT_S
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 class SQLiteStore(SQLiteConversations):
     def __init__(self, path: Path, retention: Retention | None = None) -> None:
         self._path = path
@@ -144,7 +161,7 @@ class SQLiteStore(SQLiteConversations):
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None, timeout=30)
-        conn.execute("PRAGMA journal_mode=WAL")
+        _wal(conn)
         # NORMAL is durable against process crashes in WAL mode (only an OS crash may drop the last commits).
         conn.execute("PRAGMA synchronous=NORMAL")
         return conn
