@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -66,3 +66,26 @@ class ByteLRU(Generic[K, V]):
     def values(self) -> Iterator[V]:
         """The values, least recently used first."""
         return iter(self._entries.values())
+
+
+class Figures:
+    """What the metrics read of a cache kept in a `ByteLRU` (its `_lru`): its size, its bound, its evictions, its
+    entries."""
+
+    _lru: ByteLRU[Any, Any]
+
+    @property
+    def max_bytes(self) -> int:
+        return self._lru.max_bytes
+
+    @property
+    def evictions(self) -> int:
+        return self._lru.evictions
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    @property
+    def bytes(self) -> int:
+        """The estimated bytes held (last in the class: the name shadows the `bytes` type)."""
+        return self._lru.bytes

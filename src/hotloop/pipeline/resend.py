@@ -20,7 +20,7 @@ import msgspec
 
 from hotloop.chat.format import ChatFormat
 from hotloop.chat.incremental import Rendered
-from hotloop.lru import ByteLRU
+from hotloop.lru import ByteLRU, Figures
 from hotloop.pipeline.normalize import assign_ids, normalize_input, reissue_ids
 from hotloop.pipeline.tools import ToolSet
 from hotloop.safety.stage import SafetyResult
@@ -122,28 +122,13 @@ def _size(entries: list[Resent]) -> int:
     return sum(entry.size for entry in entries)
 
 
-class ResendCache:
+class ResendCache(Figures):
     """The recent histories of each key, under one byte bound (`resend_cache_bytes`; 0 keeps none)."""
 
     def __init__(self, max_bytes: int) -> None:
         self._lru: ByteLRU[str, list[Resent]] = ByteLRU(max_bytes, _size)
         self.hits = 0  # requests that took over an earlier request's work
         self.misses = 0  # requests that could have (a list input of at least MIN_ITEMS items) but found none
-
-    @property
-    def bytes(self) -> int:
-        return self._lru.bytes
-
-    @property
-    def max_bytes(self) -> int:
-        return self._lru.max_bytes
-
-    @property
-    def evictions(self) -> int:
-        return self._lru.evictions
-
-    def __len__(self) -> int:
-        return len(self._lru)
 
     def match(self, owner: str, raw: list[msgspec.Raw]) -> Resent | None:
         """The longest remembered history of `owner` that `raw` starts with."""

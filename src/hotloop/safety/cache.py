@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
-from hotloop.lru import ByteLRU
+from hotloop.lru import ByteLRU, Figures
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 
@@ -45,7 +45,7 @@ def result_key(content: bytes, classifier: str, version: int) -> bytes:
     return content + f"{classifier}\0{version}".encode()
 
 
-class ScanCache:
+class ScanCache(Figures):
     """Per-item scan results by key, least recently used first out, at most `max_bytes` (0: caches nothing).
 
     Not thread-safe: the stage runs on the event loop's thread.
@@ -57,14 +57,6 @@ class ScanCache:
         self._lru: ByteLRU[bytes, tuple[Any, int]] = ByteLRU(max_bytes, itemgetter(1))  # key -> (result, size)
         self.hits = 0
         self.misses = 0
-
-    @property
-    def max_bytes(self) -> int:
-        return self._lru.max_bytes
-
-    @property
-    def evictions(self) -> int:
-        return self._lru.evictions
 
     @property
     def enabled(self) -> bool:
@@ -87,14 +79,6 @@ class ScanCache:
     def __contains__(self, key: bytes) -> bool:
         return key in self._lru
 
-    def __len__(self) -> int:
-        return len(self._lru)
-
     def values(self) -> list[Any]:
         """The cached results, least recently used first (for tests and debugging)."""
         return [result for result, _ in self._lru.values()]
-
-    @property
-    def bytes(self) -> int:
-        """The estimated bytes held by the entries (last in the class: the name shadows the `bytes` type)."""
-        return self._lru.bytes
