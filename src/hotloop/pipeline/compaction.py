@@ -126,8 +126,14 @@ def crosses(
         return None
     size = prompt_tokens
     if model.takes_messages:
-        size = parent_tokens + sum(len(_encode(item)) for item in own[_new_input(own) :]) // 4
+        size = parent_tokens + _estimated_tokens(own[_new_input(own) :])
     return limit if size >= limit else None
+
+
+def _estimated_tokens(items: Sequence[ContextItem]) -> int:
+    """The tokens of items an engine behind a chat API will render (hotloop does not tokenize for it): their
+    JSON's characters / 4."""
+    return sum(len(_encode(item)) for item in items) // 4
 
 
 def plan(limit: int, context: Sequence[ContextItem], calls: int) -> Plan:
@@ -178,8 +184,8 @@ async def run(
             continue
         items = list(prompt.items)
         compacted = Compacted(item=item, prompt=prompt.tokens, rendered=prompt.state, items=items, usage=usage)
-        # A model behind a chat API is measured as `crosses` measures a turn's new input: characters / 4.
-        size = sum(len(_encode(entry)) for entry in items) // 4 if model.takes_messages else len(prompt.tokens)
+        # A model behind a chat API is measured as `crosses` measures a turn's new input.
+        size = _estimated_tokens(items) if model.takes_messages else len(prompt.tokens)
         if size < bound or not kept.pieces:
             return compacted
         kept.shed(size - bound)

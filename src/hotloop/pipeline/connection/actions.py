@@ -14,7 +14,7 @@ from hotloop.pipeline.steering import Steer
 from hotloop.wire.request import CreateRequest
 
 # Close codes (protocol.md §3.11).
-CLOSE_NORMAL, CLOSE_GOING_AWAY, CLOSE_POLICY, CLOSE_INTERNAL = 1000, 1001, 1008, 1011
+CLOSE_GOING_AWAY, CLOSE_POLICY = 1001, 1008
 
 # -- work waiting on a lane: handed back to `ConnectionProtocol.at_head` when it reaches the lane's head (§3.9) --
 
