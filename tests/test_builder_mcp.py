@@ -15,7 +15,7 @@ from hotloop.wire.items import McpCall, McpListedTool, McpListTools
 from hotloop.wire.replay import replay_events
 from hotloop.wire.response import ErrorInfo, Response, Usage
 from http_support import check_sequence
-from mcp_support import checked
+from openai_types_support import checked
 
 pytestmark = pytest.mark.fast  # the fast tier: `make unit-fast`
 

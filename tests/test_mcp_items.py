@@ -31,7 +31,7 @@ from hotloop.wire.items import (
     item_to_builtins,
 )
 from hotloop.wire.response import Response, response_decoder
-from mcp_support import openai_typed
+from openai_types_support import openai_typed
 from safety_support import user
 
 pytestmark = pytest.mark.fast  # the fast tier: `make unit-fast`

@@ -49,7 +49,7 @@ from hotloop.wire.items import (
 )
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import Response
-from mcp_support import checked
+from openai_types_support import checked
 from render_support import DOCS, MCP_TOOLS, check_turns, harmony_tokenizer_file, mcp_conversations
 
 pytestmark = pytest.mark.fast  # the fast tier: `make unit-fast`
