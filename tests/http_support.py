@@ -69,27 +69,41 @@ def check_sequence(events: list[dict[str, Any]]) -> dict[str, Any]:
     assert events[0]["response"]["output"] == [] and events[0]["response"]["usage"] is None
     terminals = [event for event in events if event["type"] in TERMINAL]
     assert len(terminals) == 1 and events[-1] is terminals[0]
-    done_items = [event["item"] for event in events if event["type"] == "response.output_item.done"]
-    assert [event["output_index"] for event in events if event["type"] == "response.output_item.done"] == list(
-        range(len(done_items))
-    )
+    # The done items by index are the output. In index order too, but for an `mcp_call` (§1.10): its done waits
+    # until the server ran it, its index reserved when its arguments were done, so later items may come first.
+    done = [event for event in events if event["type"] == "response.output_item.done"]
+    assert sorted(event["output_index"] for event in done) == list(range(len(done)))
+    by_index = {event["output_index"]: event["item"] for event in done}
     final: dict[str, Any] = events[-1]["response"]
-    assert final["output"] == done_items
+    assert final["output"] == [by_index[index] for index in range(len(done))]
+    others = [event["output_index"] for event in done if event["item"]["type"] != "mcp_call"]
+    assert others == sorted(others)
     for event in events:
         if "response" in event:
             assert event["response"]["id"] == final["id"]
             check_response(event["response"])
-    # Items one at a time: each added is followed by its done before the next added.
+    # Items one at a time: each added is followed by its done before the next added; an `mcp_call` waits aside
+    # from its arguments' done to its own done, its events naming its index.
     open_index: int | None = None
+    waiting: set[int] = set()
     for event in events:
+        index = event.get("output_index")
         if event["type"] == "response.output_item.added":
             assert open_index is None
-            open_index = event["output_index"]
+            open_index = index
+        elif index in waiting:
+            if event["type"] == "response.output_item.done":
+                waiting.remove(index)
         elif event["type"] == "response.output_item.done":
-            assert open_index == event["output_index"]
+            assert open_index == index
             open_index = None
-        elif "output_index" in event:
-            assert event["output_index"] == open_index
+        elif event["type"] == "response.mcp_call_arguments.done":
+            assert open_index == index
+            waiting.add(index)
+            open_index = None
+        elif index is not None:
+            assert index == open_index
+    assert not waiting
     return final
 
 

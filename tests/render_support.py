@@ -1,14 +1,19 @@
-"""What the rendering tests share (test_render.py, test_tokens.py, test_harmony.py): tool specs, hypothesis
-strategies of conversations, and the check that a chain's turns render like full renders."""
+"""What the rendering tests share (test_render.py, test_tokens.py, test_harmony.py, test_render_mcp.py): tool specs,
+hypothesis strategies of conversations, the check that a chain's turns render like full renders, and a harmony
+tokenizer."""
 
 from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 from typing import Any, Literal
 
 from hypothesis import strategies as st
 
+from hotloop.backends.local.bpe import _cache_path
+from hotloop.backends.local.gguf import smollm2_chat_format, smollm2_path
+from hotloop.backends.toolcalls.harmony import MARKERS
 from hotloop.chat.incremental import INLINE, PromptRenderer, TokenCache, run_inline
 from hotloop.chat.render import PromptBase
 from hotloop.chat.specs import ToolSpec
@@ -19,6 +24,11 @@ from hotloop.wire.items import (
     FunctionCall,
     FunctionCallOutput,
     InputText,
+    McpApprovalRequest,
+    McpApprovalResponse,
+    McpCall,
+    McpListedTool,
+    McpListTools,
     Message,
     OutputText,
     Reasoning,
@@ -113,3 +123,80 @@ def check_turns(model: Model, items: list[ContextItem], data: st.DataObject, ful
         assert prompt.tokens.tolist() == full(request.instructions, tools, turn), (start, end)
         base = PromptBase(turn, prompt.state, model.chat)
     assert renderer.stats.fallbacks == 0
+
+
+def harmony_tokenizer_file(directory: Path) -> Path:
+    """SmolLM2's tokenizer.json with harmony's markers added as special tokens (each one id, as gpt-oss's own
+    tokenizer has them), written into `directory`."""
+    smollm2_chat_format()  # builds (and caches) SmolLM2's tokenizer.json from the GGUF
+    config = json.loads(_cache_path(smollm2_path()).read_text())
+    first = max(len(config["model"]["vocab"]), 1 + max(token["id"] for token in config["added_tokens"]))
+    for offset, marker in enumerate(MARKERS):
+        config["added_tokens"].append(
+            {"id": first + offset, "content": marker, "special": True, "normalized": False}
+            | {"single_word": False, "lstrip": False, "rstrip": False}
+        )
+    path = directory / "tokenizer.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+# -- MCP items (chat/hosted.py) -----------------------------------------------------------------------------------
+
+DOCS = ToolSpec(
+    name="search",
+    kind="mcp",
+    description="Search the docs.",
+    parameters={"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+    namespace="docs",
+)
+MCP_TOOLS = [WEATHER, DOCS]
+
+
+@st.composite
+def mcp_conversations(draw: st.DrawFn) -> list[ContextItem]:
+    """Conversations (as stored) in which the model also calls an MCP server's tool: calls that ran (an output or
+    an error), listings, and approval requests answered by a refusal or by the call that ran."""
+    out: list[ContextItem] = [stored for _, stored in draw(conversations())]
+    for step in range(draw(st.integers(1, 5))):
+        kind = draw(st.sampled_from(["call", "failed", "listing", "refused", "approved", "user"]))
+        arguments = json.dumps({"q": draw(TEXT)})
+        if kind == "user":
+            out.append(Message(role="user", content=[InputText(text=draw(TEXT))], id=f"msg_m{step}"))
+        elif kind == "listing":
+            tools = [McpListedTool(name="search", input_schema=DOCS.parameters or {}, description="Search.")]
+            out.append(McpListTools(id=f"mcpl_{step}", server_label="docs", tools=tools))
+        elif kind in ("call", "failed"):
+            error = {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": draw(TEXT)}]}
+            out.append(
+                McpCall(
+                    id=f"mcp_{step}",
+                    server_label="docs",
+                    name="search",
+                    arguments=arguments,
+                    output=draw(TEXT) if kind == "call" else None,
+                    error=error if kind == "failed" else None,
+                    status="completed" if kind == "call" else "failed",
+                )
+            )
+        else:
+            request = f"mcpr_{step}"
+            out.append(McpApprovalRequest(id=request, server_label="docs", name="search", arguments=arguments))
+            approve = kind == "approved"
+            reason = draw(st.none() | TEXT) if not approve else None
+            out.append(
+                McpApprovalResponse(approval_request_id=request, approve=approve, reason=reason, id=f"mcpa_{step}")
+            )
+            if approve:
+                out.append(
+                    McpCall(
+                        id=f"mcp_{step}",
+                        server_label="docs",
+                        name="search",
+                        arguments=arguments,
+                        output=draw(TEXT),
+                        status="completed",
+                        approval_request_id=request,
+                    )
+                )
+    return out

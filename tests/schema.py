@@ -26,8 +26,22 @@ EXTENSION_EVENTS = frozenset(
         "response.steer.pending",
         "response.steer.failed",
         "hotloop:timing_metrics",
+        # MCP tools run by the server (protocol.md §1.10): OpenAI's events, which OR does not define.
+        "response.mcp_list_tools.in_progress",
+        "response.mcp_list_tools.completed",
+        "response.mcp_list_tools.failed",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.done",
+        "response.mcp_call.in_progress",
+        "response.mcp_call.completed",
+        "response.mcp_call.failed",
     }
 )
+# Output item types OR has no schema for (its `ItemField` is message, function call and output, reasoning,
+# compaction): MCP items (protocol.md §1.10), checked against openai-python's types by the tests that make them.
+# The schema checks everything around them: an `output_item` event as one with a null item (which OR allows), a
+# response without them in its output.
+EXTENSION_ITEMS = frozenset({"mcp_list_tools", "mcp_call", "mcp_approval_request"})
 
 
 @cache
@@ -77,8 +91,15 @@ def _strip_json_schema(response: dict[str, Any]) -> dict[str, Any]:
     return response
 
 
+def _without_extension_items(response: dict[str, Any]) -> dict[str, Any]:
+    output = response.get("output")
+    if isinstance(output, list) and any(item.get("type") in EXTENSION_ITEMS for item in output):
+        return {**response, "output": [item for item in output if item.get("type") not in EXTENSION_ITEMS]}
+    return response
+
+
 def check_response(response: dict[str, Any]) -> None:
-    _validator("ResponseResource").validate(_strip_json_schema(response))
+    _validator("ResponseResource").validate(_without_extension_items(_strip_json_schema(response)))
 
 
 # OpenAI's names for the raw reasoning text's events (protocol.md §2.6, `reasoning_events = "openai"`): the same
@@ -99,7 +120,9 @@ def check_event(event: dict[str, Any]) -> None:
     schemas = _event_schemas()
     assert kind in schemas, f"event type {kind!r} is neither in the OR schema nor a documented extension"
     if "response" in event:
-        event = {**event, "response": _strip_json_schema(event["response"])}
+        event = {**event, "response": _without_extension_items(_strip_json_schema(event["response"]))}
+    if isinstance(event.get("item"), dict) and event["item"].get("type") in EXTENSION_ITEMS:
+        event = {**event, "item": None}
     _validator(schemas[kind]).validate(event)
 
 

@@ -28,10 +28,8 @@ from hotloop.backends.base import (
     ToolCallEnd,
     ToolCallStart,
 )
-from hotloop.backends.local.bpe import _cache_path
-from hotloop.backends.local.gguf import smollm2_chat_format, smollm2_path
 from hotloop.backends.rust_tokenizer import RustTokenizer
-from hotloop.backends.toolcalls.harmony import MARKERS, HarmonyParser
+from hotloop.backends.toolcalls.harmony import HarmonyParser
 from hotloop.backends.toolcalls.text import ToolCalls
 from hotloop.backends.upstream.tokens import request_body
 from hotloop.chat import harmony
@@ -51,24 +49,14 @@ from hotloop.wire.items import (
     ReasoningText,
 )
 from http_support import calls, check_sequence, output_text, parse_sse
-from render_support import PATCH, check_turns, thinking_conversations
+from render_support import PATCH, check_turns, harmony_tokenizer_file, thinking_conversations
 from render_support import WEATHER as GET_WEATHER
 from simengine_support import WEATHER, SimEngineProcess
 
 
 @pytest.fixture(scope="module")
 def tokenizer_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    smollm2_chat_format()  # builds (and caches) SmolLM2's tokenizer.json from the GGUF
-    config = json.loads(_cache_path(smollm2_path()).read_text())
-    first = max(len(config["model"]["vocab"]), 1 + max(token["id"] for token in config["added_tokens"]))
-    for offset, marker in enumerate(MARKERS):
-        config["added_tokens"].append(
-            {"id": first + offset, "content": marker, "special": True, "normalized": False}
-            | {"single_word": False, "lstrip": False, "rstrip": False}
-        )
-    path = tmp_path_factory.mktemp("harmony") / "tokenizer.json"
-    path.write_text(json.dumps(config))
-    return path
+    return harmony_tokenizer_file(tmp_path_factory.mktemp("harmony"))
 
 
 @pytest.fixture(scope="module")

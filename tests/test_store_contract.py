@@ -27,7 +27,19 @@ from hotloop.stores.redis import RedisStore
 from hotloop.stores.retention import Retention, sweep
 from hotloop.stores.url import open_store
 from hotloop.wire.conversations import Conversation
-from hotloop.wire.items import FunctionCall, FunctionCallOutput, InputText, Message, OtherItem, OutputText
+from hotloop.wire.items import (
+    FunctionCall,
+    FunctionCallOutput,
+    InputText,
+    McpApprovalRequest,
+    McpApprovalResponse,
+    McpCall,
+    McpListedTool,
+    McpListTools,
+    Message,
+    OtherItem,
+    OutputText,
+)
 from hotloop.wire.response import Response
 from store_support import KINDS, REDIS_URL, drop_namespace, namespace, postgres_url, store_url
 
@@ -148,6 +160,48 @@ async def test_load_chain_in_order(store: Store) -> None:
     assert middle is not None and len(middle.context) == 4
     assert await store.load_chain(B, "resp_3") is None  # owner checked on every link
     assert await store.load_chain(A, "resp_missing") is None
+
+
+async def test_mcp_items_round_trip(store: Store) -> None:
+    """MCP items (protocol.md §1.10), in a response's output and a stateless client's input, come back as stored."""
+    listing = McpListTools(
+        id="mcpl_1",
+        server_label="docs",
+        tools=[McpListedTool(name="search", input_schema={"type": "object"}, annotations={"readOnlyHint": True})],
+    )
+    failed = McpCall(
+        id="mcp_1",
+        server_label="docs",
+        name="search",
+        arguments="{}",
+        error={"type": "http_error", "code": 502, "message": "Bad Gateway"},
+        status="failed",
+    )
+    request = McpApprovalRequest(id="mcpr_1", server_label="docs", name="delete", arguments='{"page": 3}')
+    first = response("resp_1")
+    first.output = [listing, failed, request]
+    await store.save(A, first, [user("one", "in_1")])
+    answer = McpApprovalResponse(approval_request_id="mcpr_1", approve=True, id="mcpa_1")
+    ran = McpCall(
+        id="mcp_2",
+        server_label="docs",
+        name="delete",
+        arguments='{"page": 3}',
+        output="deleted",
+        status="completed",
+        approval_request_id="mcpr_1",
+    )
+    second = response("resp_2", parent="resp_1")
+    second.output = [ran]
+    await store.save(A, second, [answer])
+    assert await store.get(A, "resp_1") == first
+    chain = await store.load_chain(A, "resp_2")
+    assert chain is not None and chain.response == second
+    assert chain.context[1:] == [listing, failed, request, answer, ran]
+    assert await store.find_item(A, "mcpa_1") == answer
+    assert await store.find_item(A, "mcpr_1") == request
+    page = await store.input_items(A, "resp_2", after=None, limit=10, order="asc")
+    assert page is not None and page.items == [answer]
 
 
 async def test_load_chain_missing_or_foreign_ancestor(store: Store) -> None:

@@ -50,7 +50,7 @@ class TextDelta(msgspec.Struct):
 
 class ToolCallStart(msgspec.Struct):
     name: str
-    kind: Literal["function", "custom"] = "function"
+    kind: Literal["function", "custom", "mcp"] = "function"  # the called ToolSpec's kind
     namespace: str | None = None
 
 

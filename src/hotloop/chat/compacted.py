@@ -23,13 +23,29 @@ from hotloop.wire.items import (
     FunctionCall,
     FunctionCallOutput,
     InputText,
+    McpApprovalRequest,
+    McpApprovalResponse,
+    McpCall,
     Message,
     Reasoning,
 )
 
 MARK = "\x1ehotloop-context\x1e"  # a control character no summary keeps (`carried` strips it from the text)
 SUMMARY_HEADER = "[earlier conversation, compacted]"
-Kept = Message | FunctionCall | FunctionCallOutput | CustomToolCall | CustomToolCallOutput | Reasoning
+Kept = (
+    Message
+    | FunctionCall
+    | FunctionCallOutput
+    | CustomToolCall
+    | CustomToolCallOutput
+    | Reasoning
+    | McpCall
+    | McpApprovalRequest
+    | McpApprovalResponse
+)
+
+
+_CALLS = (FunctionCall, CustomToolCall, McpApprovalRequest)
 
 
 class Carried(msgspec.Struct, frozen=True):
@@ -88,18 +104,30 @@ def effective(items: Sequence[ContextItem]) -> Sequence[ContextItem]:
 
 def count_calls(items: Sequence[ContextItem], before: int = 0) -> int:
     """The tool calls in a context of `before` calls extended by `items`: a context-carrying compaction among them
-    starts the count again from the calls it replaced."""
+    starts the count again from the calls it replaced. An MCP call is one, or its approval request is: the call
+    an approval ran is the request's (it reads as the request's output, chat/hosted.py)."""
     at, body = _latest(items)
     if body is not None:
         before, items = body.calls, items[at + 1 :]
-    return before + sum(1 for item in items if isinstance(item, FunctionCall | CustomToolCall))
+    return before + sum(
+        1
+        for item in items
+        if isinstance(item, _CALLS) or (isinstance(item, McpCall) and item.approval_request_id is None)
+    )
 
 
 def kept_tail(history: Sequence[ContextItem], new_items: Sequence[ContextItem]) -> list[ContextItem]:
     """The items a compaction keeps verbatim after its summary: the new input, after the calls its outputs answer
-    (an engine's chat API refuses a tool message without the call before it)."""
+    (an engine's chat API refuses a tool message without the call before it); an MCP approval's answer, after the
+    request it answers (the request is the call its refusal or the approved call's output answers, chat/hosted.py)."""
     answered = {item.call_id for item in new_items if isinstance(item, FunctionCallOutput | CustomToolCallOutput)}
-    calls = [item for item in history if isinstance(item, FunctionCall | CustomToolCall) and item.call_id in answered]
+    answered.update(item.approval_request_id for item in new_items if isinstance(item, McpApprovalResponse))
+    calls = [
+        item
+        for item in history
+        if (isinstance(item, FunctionCall | CustomToolCall) and item.call_id in answered)
+        or (isinstance(item, McpApprovalRequest) and item.id in answered)
+    ]
     return [*calls, *new_items]
 
 

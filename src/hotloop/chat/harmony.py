@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hotloop.chat.format import Chat, ChatFormat
+from hotloop.chat.hosted import as_calls
 from hotloop.chat.messages import assemble, compaction_text, other_item_text, parts_text
 from hotloop.chat.reasoning import reasoning_text
 from hotloop.chat.specs import Tokenizer, ToolSpec, prompt_name
@@ -172,7 +173,8 @@ def item_messages(
     items = list(items)
     found = call_names(items)
     if history and any(_answers_other(item, found) for item in items):
-        found = {**call_names(history), **found}
+        # The history is as stored (an approval's output answers the request among it): read as calls here.
+        found = {**call_names(as_calls(history)), **found}
     rendered = (
         _message(item, f"input[{index}]", think_from is not None and index >= think_from, found)
         for index, item in enumerate(items)

@@ -69,7 +69,7 @@ def tool_prompt(specs: Iterable[ToolSpec]) -> str:
         example = json.dumps({"name": first.prompt_name, "arguments": {name: f"<{name}>" for name in names}})
     kinds = {spec.kind for spec in specs}
     payload = []
-    if "function" in kinds:
+    if kinds - {"custom"}:  # functions, and MCP tools (called as functions)
         payload.append(' and its parameters as a JSON object in "arguments"')
     if "custom" in kinds:
         payload.append(' and a freeform tool\'s text as a string in "input"')

@@ -7,6 +7,10 @@
 - Anything else renders the whole context from the token cache (`full`): the items read from their latest
   compaction on (chat/compacted.py), reasoning replayed as the model's `ReasoningPrompt` says (chat/reasoning.py).
 - A model behind a chat API (an upstream engine) is not rendered: its prompt is the context's items.
+- MCP items read as the function calls and outputs they stand for (chat/hosted.py), so no dialect knows them:
+  expanded here for the token dialects (the whole context where it is walked anyway, only the batch when
+  extending), item by item by the chat-API messages (backends/upstream/chat_messages.py), which keeps the
+  context's items the very objects a continuation's cached messages were built from.
 
 The dialect (hermes/ChatML templates, or gpt-oss's harmony, which hotloop renders itself) is chosen once, when the
 model is built (`Style.of`).
@@ -22,6 +26,7 @@ from typing import NamedTuple, Protocol
 from hotloop.chat import harmony, messages
 from hotloop.chat.compacted import effective, latest
 from hotloop.chat.format import Chat, ChatFormat
+from hotloop.chat.hosted import as_calls
 from hotloop.chat.incremental import PromptRenderer, Rendered, token_floor
 from hotloop.chat.reasoning import NO_REASONING, ReasoningPrompt, replay
 from hotloop.chat.specs import ToolSpec
@@ -132,7 +137,7 @@ async def render(
         prompt = await _extend(renderer, style, system, base, base.rendered, new_items, refuse_at)
         if prompt is not None:
             return prompt
-    items = effective([*(base.context if base is not None else ()), *new_items])
+    items = as_calls(effective([*(base.context if base is not None else ()), *new_items]))
     reasoning = replay(style.reasoning, items)
     chats = style.dialect.messages(items, None, reasoning.start, ())[1]
     _check_floor(token_floor(style.fmt, [system, *chats] if system else chats), refuse_at)
@@ -152,7 +157,7 @@ async def _extend(
     """The prompt as the base's rendered state plus its pending items and the new input; None when only a full
     render can make it (other instructions or tools, reasoning a `chain` policy drops, a compaction, a merge the
     template cannot extend)."""
-    batch = [*base.pending, *new_items]
+    batch = as_calls([*base.pending, *new_items])
     reasoning = replay(style.reasoning, batch)
     # A `chain` policy forgets the reasoning already rendered once a user message starts a new chain.
     dropped = rendered.reasoning and style.reasoning.replay == "chain" and reasoning.user
@@ -172,6 +177,7 @@ async def tokens_of(
     renderer: PromptRenderer, style: Style, system: Chat | None, items: Sequence[ContextItem]
 ) -> array[int]:
     """The token ids of `system` and `items`, rendered whole (a truncated prompt: nothing to extend)."""
+    items = as_calls(items)
     chats = style.dialect.messages(items, None, replay(style.reasoning, items).start, ())[1]
     return await renderer.tokens(style.fmt, ([system] if system else []) + chats)
 

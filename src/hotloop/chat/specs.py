@@ -8,10 +8,12 @@ import msgspec
 
 
 class ToolSpec(msgspec.Struct, frozen=True):
-    """A tool offered to the model: a function (JSON-schema parameters) or a custom (freeform) tool."""
+    """A tool offered to the model: a function (JSON-schema parameters), a custom (freeform) tool, or a tool of an
+    MCP server the server runs (`mcp`: `namespace` is the server's label, `parameters` the tool's input schema),
+    which the model sees and calls exactly as a function."""
 
     name: str
-    kind: Literal["function", "custom"] = "function"
+    kind: Literal["function", "custom", "mcp"] = "function"
     description: str | None = None
     parameters: dict[str, Any] | None = None
     namespace: str | None = None

@@ -31,6 +31,12 @@ _ID_PREFIX = {
     "custom_tool_call_output": "ctco",
     "reasoning": "rs",
     "compaction": "cmp",
+    # MCP items (protocol.md §1.10): only an approval response may come without an id (openai-python types the
+    # others' `id` as required, so they are refused without one); none has a call_id to pair.
+    "mcp_list_tools": "mcpl",
+    "mcp_call": "mcp",
+    "mcp_approval_request": "mcpr",
+    "mcp_approval_response": "mcpa",
 }
 
 _PREFIX_OF: dict[type[Any], str] = {KNOWN_ITEM_TYPES[kind]: prefix for kind, prefix in _ID_PREFIX.items()}

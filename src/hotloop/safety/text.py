@@ -12,6 +12,10 @@ from hotloop.wire.items import (
     FunctionCall,
     FunctionCallOutput,
     InputText,
+    McpApprovalRequest,
+    McpApprovalResponse,
+    McpCall,
+    McpListTools,
     Message,
     OtherItem,
     OutputText,
@@ -53,8 +57,13 @@ def item_texts(item: ContextItem) -> Iterator[str]:
         yield item.arguments
     elif isinstance(item, CustomToolCall):
         yield item.input
-    elif isinstance(item, FunctionCallOutput | CustomToolCallOutput):
+    elif isinstance(item, McpCall | McpApprovalRequest):
+        yield item.arguments
         yield from tool_output_texts(item)
+    elif isinstance(item, FunctionCallOutput | CustomToolCallOutput | McpListTools):
+        yield from tool_output_texts(item)
+    elif isinstance(item, McpApprovalResponse) and item.reason:
+        yield item.reason
     elif isinstance(item, Reasoning):
         for summary in item.summary or ():
             yield summary.text
@@ -68,8 +77,12 @@ def is_tool_output(item: ContextItem) -> bool:
     """Text that came back from a tool (what a third party may control), not from the user or the model."""
     if isinstance(item, FunctionCallOutput | CustomToolCallOutput):
         return True
+    # An MCP server's answer, and the descriptions it gave its tools (the model reads them in its system message).
+    if isinstance(item, McpCall | McpListTools):
+        return True
     if isinstance(item, OtherItem):
         kind = item.raw.get("type")
+        # `mcp_call`: one stored before MCP items had a type of their own, kept raw (stores/codec.py).
         return isinstance(kind, str) and (kind.endswith("_output") or kind == "mcp_call")
     return False
 
@@ -81,5 +94,14 @@ def tool_output_texts(item: ContextItem) -> Iterator[str]:
             yield item.output
         else:
             yield from _parts_text(item.output)
+    elif isinstance(item, McpCall):
+        if item.output:
+            yield item.output
+        if item.error is not None:
+            yield from _strings(item.error)
+    elif isinstance(item, McpListTools):
+        for tool in item.tools:
+            if tool.description:
+                yield tool.description
     elif isinstance(item, OtherItem) and is_tool_output(item):
         yield from _strings({k: v for k, v in item.raw.items() if k in ("output", "error", "result")})

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from hotloop.backends.base import Delta, Finished
 from hotloop.backends.sim.backend import SimFault
+from hotloop.chat.hosted import as_calls
 from hotloop.chat.messages import chat_messages
 from hotloop.errors import HotloopError, InvalidParam
 from hotloop.ids import new_id
@@ -48,7 +49,7 @@ async def create_response(engine: Engine, request: Request) -> Response:
     except HotloopError as exc:
         return _error(exc.status, exc.payload())
     specs = list(choice.tools.specs) if choice.mode != "none" else []
-    tokens = await asyncio.to_thread(engine.chat.tokens, chat_messages(create.instructions, specs, items))
+    tokens = await asyncio.to_thread(engine.chat.tokens, chat_messages(create.instructions, specs, as_calls(items)))
     response = WireResponse(
         id=new_id("resp"),
         created_at=int(time.time()),

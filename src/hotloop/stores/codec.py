@@ -15,6 +15,8 @@ from hotloop.wire.response import Response, response_decoder
 
 encode = msgspec.json.Encoder().encode
 _decoders = {name: msgspec.json.Decoder(cls) for name, cls in KNOWN_ITEM_TYPES.items()}
+# Item types stored raw (as OtherItem) before they had a Struct: MCP items (protocol.md §1.10).
+_ONCE_RAW = frozenset({"mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response"})
 # A blob of items: [[type, item], ...]; each item stays raw until its type picks the decoder.
 _blob_decoder = msgspec.json.Decoder(list[tuple[str, msgspec.Raw]])
 usage_decoder = msgspec.json.Decoder(UsageRecord)
@@ -33,7 +35,13 @@ def decode_item(type_name: str, body: bytes) -> ContextItem:
     decoder = _decoders.get(type_name)
     if decoder is None:
         return OtherItem(raw=msgspec.json.decode(body))
-    item: ContextItem = decoder.decode(body)
+    try:
+        item: ContextItem = decoder.decode(body)
+    except msgspec.ValidationError:
+        if type_name not in _ONCE_RAW:
+            raise
+        # Stored while its type had no Struct, kept raw then, and not of the shape it has now: still raw.
+        return OtherItem(raw=msgspec.json.decode(body))
     return item
 
 

@@ -2,7 +2,8 @@
 
 The builder owns the response object, the sequence counter and the open output item, so every transport gets
 the same bytes, `sequence_number` counts from 0 without gaps, and the terminal `response.output` equals the
-`output_item.done` items in order (§2.3).
+`output_item.done` items in order (§2.3) — ordered by `output_index`: an `mcp_call`'s done waits until the server
+ran it (wire/mcp_builder.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,18 @@ from hotloop.errors import failure_of
 from hotloop.ids import new_id
 from hotloop.wire import events as ev
 from hotloop.wire.events import Event, encode_event
-from hotloop.wire.items import CustomToolCall, FunctionCall, Message, OutputItem, OutputText, Reasoning, ReasoningText
+from hotloop.wire.items import (
+    CustomToolCall,
+    FunctionCall,
+    McpApprovalRequest,
+    McpCall,
+    Message,
+    OutputItem,
+    OutputText,
+    Reasoning,
+    ReasoningText,
+)
+from hotloop.wire.mcp_builder import McpBuilder
 from hotloop.wire.response import ErrorInfo, IncompleteDetails, Response, Usage
 
 
@@ -36,7 +48,15 @@ REASONING_EVENTS: dict[str, tuple[type[ev._ReasoningDelta], type[ev._ReasoningDo
 }
 
 
-class ResponseBuilder:
+# The event of a piece of a call's arguments (or a custom tool's input), by the open item's type.
+_CALL_DELTAS: dict[type[OutputItem], type[ev._Event]] = {
+    FunctionCall: ev.FunctionCallArgumentsDelta,
+    CustomToolCall: ev.CustomToolCallInputDelta,
+    McpCall: ev.McpCallArgumentsDelta,
+}
+
+
+class ResponseBuilder(McpBuilder):
     def __init__(
         self,
         response: Response,
@@ -53,6 +73,7 @@ class ResponseBuilder:
         self._seq = 0
         self._open: OutputItem | None = None
         self._text: list[str] = []
+        self._init_mcp()
 
     def _emit(self, cls: type[ev._Event], terminal: bool = False, **fields: object) -> Event:
         event = cls(sequence_number=self._seq, stream_id=self.stream_id, **fields)
@@ -137,6 +158,9 @@ class ResponseBuilder:
     def tool_call_start(self, name: str, kind: str, namespace: str | None) -> list[Event]:
         out = self._close_item("completed")
         item: OutputItem
+        if kind == "mcp":  # a tool of an MCP server the server runs: `namespace` is its label
+            assert namespace is not None
+            return out + self._open_mcp(name, namespace)
         if kind == "custom":
             item = CustomToolCall(
                 call_id=new_id("call"),
@@ -160,9 +184,10 @@ class ResponseBuilder:
     def tool_call_delta(self, text: str) -> list[Event]:
         item = self._open
         self._text.append(text)
-        cls = ev.CustomToolCallInputDelta if isinstance(item, CustomToolCall) else ev.FunctionCallArgumentsDelta
+        if isinstance(item, McpApprovalRequest):
+            return []  # sent whole once its arguments are complete
         assert item is not None and item.id is not None
-        return [self._emit(cls, item_id=item.id, output_index=self._index, delta=text)]
+        return [self._emit(_CALL_DELTAS[type(item)], item_id=item.id, output_index=self._index, delta=text)]
 
     def tool_call_end(self) -> list[Event]:
         return self._close_item("completed")
@@ -179,6 +204,8 @@ class ResponseBuilder:
             return []
         self._open = None
         text = "".join(self._text)
+        if isinstance(item, McpCall | McpApprovalRequest):
+            return self._close_mcp(item, text, status)
         index = self._index
         out: list[Event] = []
         assert item.id is not None
@@ -242,6 +269,7 @@ class ResponseBuilder:
             out: list[Event] = []
         else:
             out = self._close_item("incomplete" if status == "incomplete" else "completed")
+        out += self._end_pending()
         self.set_status(status, usage, reason=reason, error=error)
         return out
 

@@ -141,6 +141,45 @@ class CustomToolCallInputDone(_Event, tag="response.custom_tool_call_input.done"
     input: str
 
 
+# MCP tools run by the server (protocol.md §1.10): OpenAI's events, field for field as openai-python 3.57 types
+# them (`response_mcp_*_event.py`); not in the Open Responses schema.
+class _McpEvent(_Event):
+    item_id: str
+    output_index: int
+
+
+class McpListToolsInProgress(_McpEvent, tag="response.mcp_list_tools.in_progress"):
+    pass
+
+
+class McpListToolsCompleted(_McpEvent, tag="response.mcp_list_tools.completed"):
+    pass
+
+
+class McpListToolsFailed(_McpEvent, tag="response.mcp_list_tools.failed"):
+    pass
+
+
+class McpCallArgumentsDelta(_McpEvent, tag="response.mcp_call_arguments.delta"):
+    delta: str
+
+
+class McpCallArgumentsDone(_McpEvent, tag="response.mcp_call_arguments.done"):
+    arguments: str
+
+
+class McpCallInProgress(_McpEvent, tag="response.mcp_call.in_progress"):
+    pass
+
+
+class McpCallCompleted(_McpEvent, tag="response.mcp_call.completed"):
+    pass
+
+
+class McpCallFailed(_McpEvent, tag="response.mcp_call.failed"):
+    pass
+
+
 class ErrorBody(msgspec.Struct):
     type: str
     code: str | None

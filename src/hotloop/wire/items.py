@@ -120,6 +120,59 @@ class ItemReference(_Item, tag="item_reference"):
     id: str
 
 
+# MCP tools run by the server (protocol.md §1.10), shaped as openai-python 3.57 types them
+# (`response_output_item.py`, `response_input_item.py`). The Open Responses schema has no MCP items.
+McpCallStatus = Literal["in_progress", "completed", "incomplete", "calling", "failed"]
+
+
+class McpListedTool(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=False):
+    """One tool an MCP server listed."""
+
+    name: str
+    input_schema: dict[str, Any]
+    description: str | None = None
+    annotations: dict[str, Any] | None = None
+
+
+class McpListTools(_Item, tag="mcp_list_tools"):
+    id: str
+    server_label: str
+    tools: list[McpListedTool]
+    error: str | None = None  # why the server could not be listed
+
+
+class McpCall(_Item, tag="mcp_call"):
+    id: str
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None = None
+    # openai-python's McpToolCallError: {type: "mcp_protocol_error" | "http_error", code, message} or
+    # {type: "mcp_tool_execution_error", content}; kept as the client library reported it.
+    error: dict[str, Any] | None = None
+    status: McpCallStatus | None = None
+    approval_request_id: str | None = None  # set when the call ran because that request was approved
+
+
+class McpApprovalRequest(_Item, tag="mcp_approval_request"):
+    id: str
+    server_label: str
+    name: str
+    arguments: str
+
+
+class McpApprovalResponse(_Item, tag="mcp_approval_response"):
+    """An input item only: the client's answer to an `mcp_approval_request` of an earlier response."""
+
+    approval_request_id: str
+    approve: bool
+    reason: str | None = None
+    id: str | None = None
+
+
+McpItem = McpListTools | McpCall | McpApprovalRequest | McpApprovalResponse
+
+
 class OtherItem(msgspec.Struct):
     """An item type hotloop has no slot for (web_search_call, local_shell_call, …): kept verbatim, never fatal."""
 
@@ -140,6 +193,10 @@ Item = (
     | Reasoning
     | Compaction
     | ItemReference
+    | McpListTools
+    | McpCall
+    | McpApprovalRequest
+    | McpApprovalResponse
 )
 KNOWN_ITEM_TYPES: dict[str, type[Any]] = {
     str(cls.__struct_config__.tag): cls
@@ -152,6 +209,10 @@ KNOWN_ITEM_TYPES: dict[str, type[Any]] = {
         Reasoning,
         Compaction,
         ItemReference,
+        McpListTools,
+        McpCall,
+        McpApprovalRequest,
+        McpApprovalResponse,
     )
 }
 ContextItem = (
@@ -162,9 +223,13 @@ ContextItem = (
     | CustomToolCallOutput
     | Reasoning
     | (Compaction | OtherItem)
+    | McpItem
 )
-# A compaction is an output item when a create compacted its context (`context_management`, issue 14).
-OutputItem = Message | FunctionCall | CustomToolCall | Reasoning | Compaction
+# A compaction is an output item when a create compacted its context (`context_management`, issue 14); an MCP
+# approval response is only ever input.
+OutputItem = (
+    Message | FunctionCall | CustomToolCall | Reasoning | Compaction | McpListTools | McpCall | McpApprovalRequest
+)
 
 
 def item_to_builtins(item: ContextItem) -> Any:

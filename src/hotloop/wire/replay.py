@@ -11,6 +11,10 @@ counter and the same item lifecycle as the live stream, so the replay is what a 
   backend chunk; concatenated they are equal), `output_text.done`, `content_part.done`; for a function or custom
   tool call ONE arguments/input delta and its `.done`; then `output_item.done` with the stored item (its stored
   status, so the last item of an incomplete response ends `incomplete`). Empty text or arguments get no delta.
+  An `mcp_call` as its live stream had it, one item after the other: `output_item.added`, ONE arguments delta,
+  `response.mcp_call_arguments.done`, `response.mcp_call.in_progress`, `.completed` | `.failed`, `output_item.done`
+  (one that never ran: `output_item.done` right after its arguments; one an approval ran: no delta, as live). An
+  `mcp_list_tools` as live: added, `response.mcp_list_tools.in_progress`, `.completed` | `.failed`, done.
   An item of another shape (never produced by hotloop's builder) is replayed as `output_item.added` and `.done`.
 - A failed response with an error gets the in-band `error` event the live SSE stream sent before
   `response.failed` (§2.9). The opt-in `hotloop:timing_metrics` event is not stored and not replayed.
@@ -25,7 +29,16 @@ import msgspec
 from hotloop.wire import events as ev
 from hotloop.wire.builder import ResponseBuilder, error_body
 from hotloop.wire.events import Event
-from hotloop.wire.items import CustomToolCall, FunctionCall, Message, OutputItem, OutputText, Reasoning
+from hotloop.wire.items import (
+    CustomToolCall,
+    FunctionCall,
+    McpCall,
+    McpListTools,
+    Message,
+    OutputItem,
+    OutputText,
+    Reasoning,
+)
 from hotloop.wire.response import TERMINAL_STATUSES, Response
 
 
@@ -54,8 +67,30 @@ def _replay_item(builder: ResponseBuilder, item: OutputItem) -> list[Event]:
         if text:
             out += builder.reasoning_delta(text)
         return out + builder.close_open(status)
-    # A compaction, or an item of another shape: added and done as stored.
+    if isinstance(item, McpCall):
+        return _replay_mcp_call(builder, item)
+    if isinstance(item, McpListTools):
+        return builder.mcp_list_tools(item)
+    # A compaction, an approval request, or an item of another shape: added and done as stored.
     return builder.add_item(item)
+
+
+def _replay_mcp_call(builder: ResponseBuilder, item: McpCall) -> list[Event]:
+    ran = item.status in ("completed", "failed")
+    if item.approval_request_id is not None and ran:
+        out = builder.mcp_call_added(item)
+    else:
+        out = builder.open_item(
+            msgspec.structs.replace(item, arguments="", output=None, error=None, status="in_progress")
+        )
+        if item.arguments:
+            out += builder.tool_call_delta(item.arguments)
+        out += builder.close_open("completed" if ran else "incomplete")
+    if ran:
+        index = builder.mcp_pending()[-1]
+        out.append(builder.mcp_call_running(index))
+        out += builder.mcp_call_finished(index, item.output, item.error)
+    return out
 
 
 def inband_error(response: Response) -> ev.ErrorBody | None:

@@ -4,7 +4,8 @@ Calls of one assistant turn (parallel calls) go in one assistant message's `tool
 message after it; custom (freeform) tools are offered as functions taking `{"input": string}`; namespaced tools
 are named `namespace__name` (chat APIs allow only [a-zA-Z0-9_-] in names). A reasoning item goes back as the
 `reasoning_content` (or `reasoning`) of the assistant message after it, as the engines read it, by the upstream's
-`reasoning_replay` policy (issue 13).
+`reasoning_replay` policy (issue 13). MCP items go as the calls and outputs they stand for (chat/hosted.py),
+converted here item by item so that the context keeps its own objects (backends/upstream/chat_json.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import msgspec
 
 from hotloop.backends.base import GenerationRequest
+from hotloop.chat.hosted import MCP_TYPES, expand
 from hotloop.chat.media import describe_file
 from hotloop.chat.messages import compaction_text, other_item_text
 from hotloop.chat.reasoning import ReplayPolicy, reasoning_text, replay_from
@@ -75,6 +77,10 @@ def messages(request: GenerationRequest, replay: Replay = DEFAULT_REPLAY) -> lis
 def append(out: list[ChatMessage], item: ContextItem, param: str, field: str = "reasoning_content") -> None:
     """Add `item` to the messages `out`, merging into the last one where one assistant turn continues; a reasoning
     item's text goes into `field` of the assistant message that follows it."""
+    if type(item) in MCP_TYPES:
+        for equivalent in expand(item):
+            append(out, equivalent, param, field)
+        return
     pending = out.pop()[PENDING] if out and PENDING in out[-1] else None
     if isinstance(item, Reasoning):
         text = reasoning_text(item)
