@@ -42,6 +42,9 @@ EXTENSION_EVENTS = frozenset(
 # The schema checks everything around them: an `output_item` event as one with a null item (which OR allows), a
 # response without them in its output.
 EXTENSION_ITEMS = frozenset({"mcp_list_tools", "mcp_call", "mcp_approval_request"})
+# Tools OR has no schema for (its `tools` are function tools only), echoed as sent (protocol.md §1.4): left out of
+# what the schema checks, like the items.
+EXTENSION_TOOLS = frozenset({"mcp"})
 
 
 @cache
@@ -92,9 +95,11 @@ def _strip_json_schema(response: dict[str, Any]) -> dict[str, Any]:
 
 
 def _without_extension_items(response: dict[str, Any]) -> dict[str, Any]:
-    output = response.get("output")
+    output, tools = response.get("output"), response.get("tools")
     if isinstance(output, list) and any(item.get("type") in EXTENSION_ITEMS for item in output):
-        return {**response, "output": [item for item in output if item.get("type") not in EXTENSION_ITEMS]}
+        response = {**response, "output": [item for item in output if item.get("type") not in EXTENSION_ITEMS]}
+    if isinstance(tools, list) and any(tool.get("type") in EXTENSION_TOOLS for tool in tools):
+        response = {**response, "tools": [tool for tool in tools if tool.get("type") not in EXTENSION_TOOLS]}
     return response
 
 

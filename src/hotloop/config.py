@@ -56,6 +56,15 @@ class Upstream(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         return [self.url] if self.url else list(self.urls)
 
 
+class McpServer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A remote MCP server the operator configures by label (docs/mcp.md): one `[mcp_servers.<label>]` table. A
+    request names it by `server_label` alone; its headers (credentials) never leave this file."""
+
+    url: str
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    transport: Literal["streamable_http", "sse", "auto"] = "auto"  # auto: SSE when the path ends in /sse
+
+
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
     port: int = 8000
@@ -113,6 +122,13 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: str = "info"
     log_format: Literal["json", "text"] = "json"
     upstreams: dict[str, Upstream] = msgspec.field(default_factory=dict)
+    mcp_allowed_urls: list[str] = msgspec.field(default_factory=list)
+    mcp_servers: dict[str, McpServer] = msgspec.field(default_factory=dict)
+    mcp_call_timeout_s: float = 60.0
+    mcp_list_timeout_s: float = 20.0
+    mcp_max_output_bytes: int = 1 * MiB
+    mcp_session_idle_s: float = 300.0
+    mcp_max_calls: int = 64
 
     def resolved_workers(self) -> int:
         """`workers`, with 0 read as one per core this process may run on."""
@@ -202,6 +218,15 @@ HELP: dict[str, str] = {
     "log_format": "json (one object per line, with request, connection and response ids) or text.",
     "upstreams": "Models served by other engines, one `[upstreams.<name>]` table each (docs/backends.md); "
     "HOTLOOP_UPSTREAMS takes the same tables as JSON.",
+    "mcp_allowed_urls": "URL prefixes of the MCP servers a request may name in `server_url` (scheme, host and port "
+    "exact, path a prefix); empty: none, only `mcp_servers` (docs/mcp.md).",
+    "mcp_servers": "MCP servers requests name by `server_label` alone, one `[mcp_servers.<label>]` table each "
+    "(url, headers, transport); HOTLOOP_MCP_SERVERS takes the same tables as JSON.",
+    "mcp_call_timeout_s": "Longest an MCP tool call may take; then the model sees it failed.",
+    "mcp_list_timeout_s": "Longest listing an MCP server's tools may take; then the create fails with 424.",
+    "mcp_max_output_bytes": "An MCP tool's output beyond this many bytes is cut, with a note saying so.",
+    "mcp_session_idle_s": "An MCP session unused this long is closed.",
+    "mcp_max_calls": "Most MCP calls in one response when the request sets no max_tool_calls.",
 }
 
 

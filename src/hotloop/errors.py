@@ -52,6 +52,23 @@ class PreviousResponseNotFound(HotloopError):
         super().__init__(f"Previous response with id '{response_id}' not found.", param=param)
 
 
+class McpServerNotAllowed(HotloopError):
+    """A request's MCP `server_url` is outside the operator's allowlist (`mcp_allowed_urls`): no connection is made."""
+
+    code = "mcp_server_not_allowed"
+
+
+class McpListFailed(HotloopError):
+    """424: an MCP server's tools could not be listed; nothing is generated or stored (protocol.md §1.10)."""
+
+    status = 424
+    type = "external_connector_error"
+    code = "mcp_list_tools_failed"
+
+    def __init__(self, label: str, why: str) -> None:
+        super().__init__(f"Error retrieving tool list from MCP server: '{label}'. {why}", param="tools")
+
+
 class NotFound(HotloopError):
     status = 404
     code = "response_not_found"

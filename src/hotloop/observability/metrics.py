@@ -183,6 +183,26 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.mcp_calls = Counter(
+            "hotloop_mcp_calls",
+            "MCP tool calls the server ran, by outcome: completed, or the error's type (mcp_protocol_error, "
+            "mcp_tool_execution_error, http_error).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.mcp_call_seconds = Histogram(
+            "hotloop_mcp_call_seconds",
+            "Time of the MCP tool calls the server ran.",
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.mcp_lists = Counter(
+            "hotloop_mcp_lists",
+            "MCP servers' tool lists a turn needed: `listed` (tools/list), `reused` (from the context or the chain) "
+            "or `failed` (the create failed with 424).",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.safety = Counter(
             "hotloop_safety_verdicts",
             "Safety verdicts by classifier and verdict.",

@@ -156,6 +156,7 @@ def chain_state(prepared: Prepared, owner: str) -> ChainState:
         # A conversation's history is in the rendered tokens but not in this chain's context: a continuation by
         # previous_response_id renders from the context, as it would after loading the chain from the store.
         rendered=prepared.rendered if response.conversation is None else None,
+        rendered_output=prepared.rendered_output,
         safety_states=prepared.safety.states,
         tools=prepared.tools,
     )

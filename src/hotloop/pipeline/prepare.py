@@ -16,6 +16,9 @@ from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
 from hotloop.pipeline import compaction
 from hotloop.pipeline.inputs import Inputs, gather, match_resent, remember
+from hotloop.pipeline.mcp.approvals import approved_calls
+from hotloop.pipeline.mcp.listing import endpoints, offer
+from hotloop.pipeline.mcp.steps import McpTurn
 from hotloop.pipeline.prepared import DEFAULT_OPTIONS, Prepared, TurnOptions
 from hotloop.pipeline.prior import Prior, conversation_id_of
 from hotloop.pipeline.prompt import render_prompt, too_long
@@ -25,6 +28,7 @@ from hotloop.pipeline.tools import ToolChoice, ToolSet, resolve_tool_choice, res
 from hotloop.pipeline.turn import Turn
 from hotloop.pipeline.validate import check_new_items, check_request
 from hotloop.safety.stage import SafetyResult
+from hotloop.wire.items import ContextItem
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import Response
 
@@ -51,9 +55,17 @@ async def start_turn(
     prior, fresh = inputs.prior, inputs.fresh
     with timings.stage("validate"):
         tools = _tools(prior, request)
-        choice = resolve_tool_choice(request.tool_choice, tools)
+        where = endpoints(tools, service.settings) if tools.mcp else {}
         prior.check(fresh)
         call_ids = check_new_items(fresh, prior.call_ids, service.secret, offset=prior.skip)
+        approved = approved_calls(prior.context, fresh)
+    mcp: McpTurn | None = None
+    if tools.mcp or approved:
+        with timings.stage("mcp_list"):  # the tools of MCP servers not listed in the chain (listing.py)
+            tools, listed = await offer(service.mcp, service.metrics, session.owner, tools, where, _context(inputs))
+        mcp = McpTurn(where, listed, approved, _context(inputs) if model.style.tokens else ())
+    with timings.stage("validate"):
+        choice = resolve_tool_choice(request.tool_choice, tools)
     # Rendered before the safety scan: a prompt too long for the window is refused from its length (`token_floor`)
     # or once the tokenizer (off the event loop, GIL released) has counted it, before regexes run over megabytes
     # of it on the GIL.
@@ -89,8 +101,14 @@ async def start_turn(
         tools=tools,
         timings=timings,
         compaction=compacting,
+        mcp=mcp,
     )
     return Turn(service, session, prepared, options)
+
+
+def _context(inputs: Inputs) -> list[ContextItem]:
+    """Every item before the turn's output (read by a turn with MCP servers only)."""
+    return [*inputs.prior.context, *inputs.fresh]
 
 
 def _compaction(request: CreateRequest, model: Model, prompt: Prompt, inputs: Inputs) -> compaction.Plan | None:

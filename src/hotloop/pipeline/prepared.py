@@ -12,6 +12,7 @@ from hotloop.chat.incremental import Rendered
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
 from hotloop.pipeline.compaction import Plan
+from hotloop.pipeline.mcp.steps import McpTurn
 from hotloop.pipeline.state.context import ChainState
 from hotloop.pipeline.state.session import Lane
 from hotloop.pipeline.tools import ToolSet
@@ -37,6 +38,10 @@ class Prepared:
     tools: ToolSet
     timings: StageTimings
     compaction: Plan | None = None  # the context is compacted first (`context_management`)
+    mcp: McpTurn | None = None  # the request's MCP servers: the server runs their tools (pipeline/mcp/)
+    # How many of the response's output items `rendered` holds: a compaction's item, or the output before an
+    # in-server step's generation; a continuation renders the rest.
+    rendered_output: int = 0
 
 
 class TurnOptions(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from hotloop.chat.compacted import carries, count_calls
+from hotloop.chat.compacted import count_calls
 from hotloop.chat.render import PromptBase
 from hotloop.errors import InvalidParam, NotFound
 from hotloop.pipeline.resend import Resent
@@ -111,11 +111,10 @@ class Chain(Nothing):
 
     def prompt_base(self) -> PromptBase | None:
         chain = self.chain
-        pending: Sequence[ContextItem] = chain.response.output
-        if chain.rendered is not None and pending and carries(pending[0]) is not None:
-            # The parent compacted (pipeline/compaction.py): its rendered state is the compacted context, the
-            # compaction included; its answer and the new input extend it.
-            pending = pending[1:]
+        # The parent's rendered state may hold the first of its output items: a compaction (pipeline/compaction.py:
+        # the compacted context, the compaction included), the output before its last in-server step
+        # (pipeline/mcp/steps.py). The rest of its output and the new input extend it.
+        pending: Sequence[ContextItem] = chain.response.output[chain.rendered_output :]
         return PromptBase(chain.context, chain.rendered, chain.model.chat, pending)
 
     def safety_states(self, safety: SafetyStage) -> SafetyStates | None:

@@ -9,12 +9,16 @@ import os
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from hotloop.chat.incremental import Encoder, PromptRenderer, TokenCache
 from hotloop.config import Settings
+from hotloop.mcp import Clients
 from hotloop.metering.ledger import Ledger
 from hotloop.models import ModelRegistry
 from hotloop.observability.metrics import CacheSize, Metrics
+from hotloop.pipeline.mcp.declare import allowed, same_server
+from hotloop.pipeline.mcp.recent import RecentCalls
 from hotloop.pipeline.resend import ResendCache
 from hotloop.pipeline.state.chain_cache import ChainCache
 from hotloop.pipeline.state.drain import Drain
@@ -26,6 +30,13 @@ from hotloop.stores.base import Store
 
 LEDGER_DRAIN_TIMEOUT_S = 30.0
 log = logging.getLogger("hotloop.store")
+
+
+def _mcp_allowed(settings: Settings, url: str) -> bool:
+    """A URL (or a redirect's) an MCP session may reach: the allowlist's, or a configured server's."""
+    return allowed(url, settings.mcp_allowed_urls) or any(
+        same_server(url, server.url) for server in settings.mcp_servers.values()
+    )
 
 
 class CacheCounter:
@@ -63,6 +74,15 @@ class Service:
         self.rate_limiter = RateLimiter(settings.rate_limit_rpm, settings.rate_limit_tpm)
         self.connection_slots = ConnectionSlots(settings.max_connections, settings.max_connections_per_key)
         self.drain = Drain()
+        # The MCP servers' sessions, reused by key and server (pipeline/mcp/, docs/mcp.md).
+        self.mcp = Clients(
+            allowed=partial(_mcp_allowed, settings),
+            call_timeout_s=settings.mcp_call_timeout_s,
+            list_timeout_s=settings.mcp_list_timeout_s,
+            max_output_bytes=settings.mcp_max_output_bytes,
+            idle_s=settings.mcp_session_idle_s,
+        )
+        self.mcp_calls = RecentCalls()  # the console's view of the calls
         # Raises ValueError for a bad setting, so the server refuses to start (docs/safety.md).
         self.safety = SafetyStage.from_actions(
             {"secrets": settings.safety_secrets, "injection": settings.safety_injection}
@@ -142,6 +162,7 @@ class Service:
         if self.background:
             await asyncio.gather(*self.background.values(), return_exceptions=True)
         await self.models.close()
+        await self.mcp.close()
         # Every response has ended (background ones just recorded their cancellation): write the ledger out
         # before the store it writes to closes.
         await self.ledger.drain(timeout=LEDGER_DRAIN_TIMEOUT_S)

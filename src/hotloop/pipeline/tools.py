@@ -8,8 +8,10 @@ import msgspec
 
 from hotloop.chat.specs import ToolSpec
 from hotloop.errors import InvalidParam
+from hotloop.pipeline.mcp.declare import Declared, declare
+from hotloop.wire.items import McpListTools
 
-# Accepted and never offered to the model (Codex always sends some of these).
+# Accepted and never offered to the model (Codex always sends some of these); `mcp` tools the server runs itself.
 HOSTED_TOOL_TYPES = frozenset(
     {
         "web_search",
@@ -18,7 +20,6 @@ HOSTED_TOOL_TYPES = frozenset(
         "file_search",
         "code_interpreter",
         "image_generation",
-        "mcp",
         "local_shell",
         "shell",
         "apply_patch",
@@ -30,10 +31,16 @@ HOSTED_TOOL_TYPES = frozenset(
 
 
 class ToolSet(msgspec.Struct, frozen=True):
-    """The resolved tools of a request: echoed shape, offered specs, and names the model may call."""
+    """The resolved tools of a request: echoed shape, offered specs, and names the model may call.
+
+    With MCP servers (`mcp`), the specs include their listed tools once they are offered (pipeline/mcp/listing.py),
+    and the set, cached on the chain, keeps the lists they came from: a continuation lists nothing again."""
 
     echo: list[Any]
     specs: tuple[ToolSpec, ...]
+    mcp: tuple[Declared, ...] = ()
+    listed: tuple[McpListTools, ...] = ()  # the lists behind the MCP specs (empty until offered)
+    approvals: frozenset[tuple[str, str]] = frozenset()  # (server label, tool) calls that wait for approval
 
     def find(self, name: str) -> ToolSpec | None:
         for spec in self.specs:
@@ -102,6 +109,7 @@ def resolve_tools(tools: list[dict[str, Any]] | None) -> ToolSet:
     functions: list[Any] = []
     others: list[Any] = []
     specs: list[ToolSpec] = []
+    servers: list[Declared] = []
     for index, raw in enumerate(tools or ()):
         param = f"tools[{index}]"
         kind = raw.get("type")
@@ -115,16 +123,26 @@ def resolve_tools(tools: list[dict[str, Any]] | None) -> ToolSet:
         elif kind == "namespace":
             specs.extend(_namespace(raw, param))
             others.append(raw)
+        elif kind == "mcp":
+            echo, declared = declare(raw, index)
+            if any(server.label == declared.label for server in servers):
+                raise InvalidParam(f"Duplicate server_label '{declared.label}'.", param=f"{param}.server_label")
+            servers.append(declared)
+            others.append(echo)
         elif not isinstance(kind, str):
             raise InvalidParam("Each tool needs a string 'type'.", param=f"{param}.type", code="invalid_type")
         elif kind not in HOSTED_TOOL_TYPES and not kind.startswith(("web_search", "computer")):
             raise InvalidParam(f"Unsupported tool type '{kind}'.", param=f"{param}.type")
+    check_unique(specs)
+    return ToolSet(echo=functions + others, specs=tuple(specs), mcp=tuple(servers))
+
+
+def check_unique(specs: list[ToolSpec] | tuple[ToolSpec, ...]) -> None:
     seen: set[tuple[str | None, str]] = set()
     for spec in specs:
         if (spec.namespace, spec.name) in seen:
             raise InvalidParam(f"Duplicate tool name '{spec.name}'.", param="tools")
         seen.add((spec.namespace, spec.name))
-    return ToolSet(echo=functions + others, specs=tuple(specs))
 
 
 class ToolChoice(msgspec.Struct, frozen=True):
@@ -148,6 +166,14 @@ def resolve_tool_choice(choice: str | dict[str, Any] | None, tools: ToolSet) -> 
         name = choice.get("name")
         if not isinstance(name, str) or tools.find(name) is None:
             raise InvalidParam(f"Tool '{name}' named in tool_choice is not in tools.", param="tool_choice.name")
+        return ToolChoice(choice, tools, "required", name)
+    if kind == "mcp":  # one MCP server's tools, or one of them (ToolChoiceMcp)
+        label, name = choice.get("server_label"), choice.get("name")
+        offered = [spec for spec in tools.specs if spec.kind == "mcp" and spec.namespace == label]
+        if name is not None:
+            offered = [spec for spec in offered if spec.name == name]
+        if not offered:
+            raise InvalidParam(f"No offered MCP tool matches tool_choice ('{label}').", param="tool_choice")
         return ToolChoice(choice, tools, "required", name)
     if kind == "allowed_tools":
         mode = choice.get("mode", "auto")

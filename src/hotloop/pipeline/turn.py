@@ -1,7 +1,8 @@
 """A turn once it is prepared (pipeline/prepare.py `start_turn`): `Turn.events()` streams the response's events
 as a sequence of steps: the opening events, compaction when the turn compacts (compaction.py), the generation
-(generate.py), then finishing (finish.py: conversation, persist, cache, meter) before the terminal event leaves,
-so a stored response is readable once a client has seen it end.
+(generate.py) — with MCP tools, the generations and the server's calls between them (`_tool_loop`, mcp/steps.py)
+— then finishing (finish.py: conversation, persist, cache, meter) before the terminal event leaves, so a stored
+response is readable once a client has seen it end.
 
 From outside, a turn is steered (`steer`, pipeline/steering.py) and cut by a shutdown (`cut`, state/drain.py);
 nothing else writes into it.
@@ -11,12 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import AsyncGenerator, Callable
 
+import msgspec
+
 from hotloop import sealing
+from hotloop.backends.base import GenerationRequest
+from hotloop.observability.timings import StageTimings
 from hotloop.pipeline import compaction
 from hotloop.pipeline.finish import finish, finish_cancelled, log_finished
 from hotloop.pipeline.generate import BLOCKED, Generation, Outcome
+from hotloop.pipeline.mcp.calls import Calls
+from hotloop.pipeline.mcp.steps import Steps
 from hotloop.pipeline.prepared import Prepared, TurnOptions
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Lane, Session
@@ -24,7 +32,7 @@ from hotloop.pipeline.steering import Steer, check_room
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
 from hotloop.wire.request import CreateRequest
-from hotloop.wire.response import ErrorInfo, Response
+from hotloop.wire.response import ErrorInfo, Response, Usage
 
 
 class Turn:
@@ -43,7 +51,11 @@ class Turn:
         self._steers: list[Steer] = []
         self._acked = 0
         self._stop: ErrorInfo | None = None  # a shutdown's cut: the turn ends `failed`, not `cancelled`
+        self._steered = asyncio.Event()  # set with the first steer: stops the MCP calls in flight
+        if prepared.tools.approvals:
+            self.builder.needs_approval = prepared.tools.approvals
         self._ending: list[Event] = []  # the events that ended a cancelled turn, until someone takes them
+        self._looped: Outcome | None = None  # how a turn with MCP tools ended (`_tool_loop`)
 
     @property
     def response(self) -> Response:
@@ -60,6 +72,7 @@ class Turn:
         its stream (or by `late_steers` once it has ended). Raises `SteerRefused` past `MAX_PENDING`."""
         check_room(self._steers)
         self._steers.append(steer)
+        self._steered.set()
 
     @property
     def steers(self) -> tuple[Steer, ...]:
@@ -99,6 +112,9 @@ class Turn:
                 step = await self._compact()
                 for event in step.events:
                     yield event
+                for listed in self.prepared.mcp.listed if self.prepared.mcp is not None else ():
+                    for event in self.builder.mcp_list_tools(listed):
+                        yield event
                 generation = self._generation()
                 if step.failure is not None:
                     outcome = step.failure
@@ -106,6 +122,10 @@ class Turn:
                     outcome = self._blocked()
                 elif not self.generate:
                     outcome = await generation.prefill()
+                elif self.prepared.mcp is not None:  # the server runs tools between generations
+                    async for event in self._tool_loop(generation, congested):
+                        yield event
+                    outcome = self._looped or Outcome.failed("server_error", "The tool loop ended without an outcome.")
                 else:
                     async for event in generation.events(congested):
                         yield event
@@ -163,7 +183,8 @@ class Turn:
         except compaction.CompactionFailed as exc:
             return compaction.Step(failure=Outcome(status="failed", error=exc.error))
         prepared.generation.prompt_tokens, prepared.generation.items = done.prompt, done.items
-        self.prepared = dataclasses.replace(prepared, rendered=done.rendered)
+        # The compacted state holds the compaction item, the output's first.
+        self.prepared = dataclasses.replace(prepared, rendered=done.rendered, rendered_output=1)
         return compaction.Step(events=self.builder.add_item(done.item), usage=done.usage)
 
     def _generation(self) -> Generation:
@@ -172,17 +193,94 @@ class Turn:
         # A compaction's summary is model time, not the API's own: it has its stage and is left out of this one.
         timings.add("pre_inference", timings.since("start") - timings.seconds.get("compact", 0.0))
         timings.mark("inference")
-        settings, service = self.service.settings, self.service
+        return self._generation_of(prepared.generation, timings)
+
+    def _generation_of(self, request: GenerationRequest, timings: StageTimings) -> Generation:
+        service = self.service
         return Generation(
-            prepared.model,
-            prepared.generation,
+            self.prepared.model,
+            request,
             self.builder,
             timings,
             service.metrics,
-            settings.backend_timeout_s,
+            service.settings.backend_timeout_s,
             self.options.transport,
             self._steers,
         )
+
+    async def _tool_loop(
+        self, generation: Generation, congested: Callable[[], bool] | None
+    ) -> AsyncGenerator[Event, None]:
+        """Generate, run the MCP calls the model made, generate again on the extended prompt, until the model
+        answers, calls a client's tool or asks for an approval, or the response ends otherwise (`_looped`).
+        Approved calls (this create answered their requests) run first."""
+        steps, builder = self._steps(), self.builder
+        usage: Usage | None = None
+        pending: list[int] = []
+        for call in self.prepared.mcp.approved if self.prepared.mcp is not None else ():
+            for event in builder.mcp_call_added(call):
+                yield event
+            pending.append(len(builder.response.output) - 1)
+        while True:
+            if pending:
+                started = time.perf_counter()
+                async for event in steps.calls.run(builder, pending, self._steered):
+                    yield event
+                steps.calls_s += time.perf_counter() - started
+                if self._steers or steps.asked(builder):  # steered: the calls stopped; asked: the client answers
+                    reason = "steered" if self._steers else None
+                    self._looped = Outcome(status="incomplete" if reason else "completed", usage=usage, reason=reason)
+                    break
+                request = await steps.next_generation(builder, generation.request, len(pending))
+                if isinstance(request, Outcome):
+                    self._looped = msgspec.structs.replace(request, usage=usage)
+                    break
+                generation = self._step_generation(request)
+            async for event in generation.events(congested):
+                yield event
+            result = generation.result()
+            usage = result.usage.plus(usage) if result.usage is not None else usage
+            if generation.timings is not self.prepared.timings:  # a later step's model time
+                for stage in ("generate", "engine"):
+                    self.prepared.timings.add(stage, generation.timings.seconds.get(stage, 0.0))
+            pending = builder.mcp_pending()
+            if result.status != "completed" or not pending:
+                self._looped = msgspec.structs.replace(result, usage=usage)
+                break
+        timings = self.prepared.timings
+        timings.add("mcp_step", steps.overhead_s)
+        timings.add("mcp_call", steps.calls_s)
+        self.prepared = dataclasses.replace(
+            self.prepared, rendered=steps.rendered, rendered_output=steps.rendered_output
+        )
+
+    def _steps(self) -> Steps:
+        prepared, service = self.prepared, self.service
+        assert prepared.mcp is not None
+        limit = prepared.request.max_tool_calls
+        bound = service.settings.mcp_max_calls if limit is None else limit
+        calls = Calls(
+            service.mcp, self.session.owner, prepared.mcp.endpoints, bound, service.metrics, service.mcp_calls
+        )
+        # A chat API's engine reads items: the prompt's own (compacted, expanded); a token model's harmony reads
+        # the context for the names of calls answered later.
+        context = list(prepared.generation.items or prepared.mcp.context)
+        return Steps(
+            service.renderer,
+            prepared.model,
+            prepared.request,
+            prepared.tools.specs,
+            calls,
+            context,
+            prepared.rendered,
+            prepared.rendered_output,
+        )
+
+    def _step_generation(self, request: GenerationRequest) -> Generation:
+        """A later step's generation, on its own clock: the turn's `ttft` is its first generation's."""
+        timings = StageTimings()
+        timings.mark("inference")
+        return self._generation_of(request, timings)
 
     def _blocked(self) -> Outcome:
         timings = self.prepared.timings

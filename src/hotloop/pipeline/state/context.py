@@ -119,5 +119,6 @@ class ChainState(msgspec.Struct, kw_only=True):
     # Every response along the chain is stored: only such a state may be seen outside its connection.
     stored_chain: bool = False
     rendered: Rendered | None = None  # token ids of context(P) ⊕ N(R.input), for an incremental next render
+    rendered_output: int = 0  # ⊕ the first this-many items of R.output (a compaction's; before an MCP step)
     tools: ToolSet | None = None  # the request's validated tools, reused while a continuation sends the same
     safety_states: tuple[Any, ...] | None = None  # each classifier's state after this response (safety/stage.py)

@@ -1,0 +1,460 @@
+"""MCP tools run by the server, end to end (docs/mcp.md, protocol.md §1.10): a real MCP server from the `mcp` SDK
+on loopback (mcp_support.py), hotloop serving hotloop-sim, and openai-python over HTTP, SSE and WebSocket mode.
+
+Every event is checked against the Open Responses schema and parsed by openai-python's types; the MCP server's
+counts show what hotloop asked of it (a list fetched once per chain, no connection for a refused URL)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
+
+from conftest import RunningServer, start_server, stored_counts
+from http_support import error_of, parse_sse
+from mcp_support import McpServers, serving
+from schema import check_event, check_response
+
+EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
+SECRET = "s3cr3t-header-value"
+TOKEN = "s3cr3t-bearer-token"
+
+
+@pytest.fixture(scope="module")
+def mcp_servers() -> Iterator[McpServers]:
+    with serving() as servers:
+        yield servers
+
+
+@pytest.fixture
+def mcp_server(mcp_servers: McpServers) -> McpServers:
+    return mcp_servers.reset()
+
+
+@pytest.fixture(scope="module")
+def hotloop(tmp_path_factory: pytest.TempPathFactory, mcp_servers: McpServers) -> Iterator[RunningServer]:
+    running = start_server(
+        tmp_path_factory.mktemp("mcp"),
+        models=["hotloop-sim"],
+        api_keys=["test-key", "key-one", "key-two"],
+        mcp_allowed_urls=[mcp_servers.base + "/"],
+        mcp_call_timeout_s=1.0,
+        mcp_max_output_bytes=2000,
+        log_level="info",
+    )
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def http(hotloop: RunningServer) -> Iterator[httpx.Client]:
+    with hotloop.http() as client:
+        yield client
+
+
+def mcp_tool(servers: McpServers, **fields: Any) -> dict[str, Any]:
+    return {
+        "type": "mcp",
+        "server_label": "tools",
+        "server_url": servers.url("/mcp"),
+        "require_approval": "never",
+        "allowed_tools": ["echo"],
+        **fields,
+    }
+
+
+def create(http: httpx.Client, **body: Any) -> dict[str, Any]:
+    reply = http.post("/responses", json={"model": "hotloop-sim", **body})
+    assert reply.status_code == 200, reply.text
+    response: dict[str, Any] = reply.json()
+    check_response(response)
+    Response.model_validate(response)
+    return response
+
+
+def stream(http: httpx.Client, **body: Any) -> list[dict[str, Any]]:
+    reply = http.post("/responses", json={"model": "hotloop-sim", "stream": True, **body})
+    assert reply.status_code == 200, reply.text
+    events = parse_sse(reply.text)
+    check_mcp_sequence(events)
+    return events
+
+
+def check_mcp_sequence(events: list[dict[str, Any]]) -> None:
+    """Every event valid for the schema and openai-python; sequence numbers gapless; `output_item.done` in index
+    order, equal to the terminal output; each MCP call's events in OpenAI's order."""
+    for event in events:
+        check_event(event)
+        EVENTS.validate_python(event)
+    assert [event["sequence_number"] for event in events] == list(range(len(events)))
+    done = [event for event in events if event["type"] == "response.output_item.done"]
+    assert [event["output_index"] for event in done] == list(range(len(done)))
+    final = events[-1]["response"]
+    assert final["output"] == [event["item"] for event in done]
+    for item in final["output"]:
+        if item["type"] == "mcp_call":
+            kinds = [event["type"] for event in events if event.get("item_id") == item["id"]]
+            end = "response.mcp_call.completed" if item["status"] == "completed" else "response.mcp_call.failed"
+            assert kinds[0] == "response.mcp_call_arguments.delta" or kinds[0] == "response.mcp_call_arguments.done"
+            assert kinds[-2:] == ["response.mcp_call.in_progress", end], kinds
+
+
+def items(response: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [item for item in response["output"] if item["type"] == kind]
+
+
+# -- listing and calling ------------------------------------------------------------------------------------------
+
+
+def test_a_response_lists_the_server_calls_its_tool_and_answers(http: httpx.Client, mcp_server: McpServers) -> None:
+    response = create(http, input="Say hello through the tool.", tools=[mcp_tool(mcp_server)])
+    kinds = [item["type"] for item in response["output"]]
+    assert kinds[0] == "mcp_list_tools" and kinds[-1] == "message", kinds
+    listed = response["output"][0]
+    assert (
+        listed["server_label"] == "tools"
+        and [tool["name"] for tool in listed["tools"]] == ["add", "big", "echo", "fail", "mixed", "sleep"]
+    ) or {tool["name"] for tool in listed["tools"]} >= {"echo", "add"}
+    calls = items(response, "mcp_call")
+    assert len(calls) == 2  # hotloop-sim calls twice (sim_tool_calls), then answers
+    for call in calls:
+        assert call["status"] == "completed" and call["name"] == "echo" and call["server_label"] == "tools"
+        assert call["output"] == json.loads(call["arguments"])["text"]  # what the echo tool really returned
+    assert mcp_server.counts.method("tools/list") == 1 and mcp_server.counts.method("tools/call") == 2
+    usage = response["usage"]
+    assert usage["output_tokens"] > 0 and usage["input_tokens"] > 0
+
+
+def test_usage_sums_every_generation_of_the_response(http: httpx.Client, mcp_server: McpServers) -> None:
+    one = create(http, input="Count.", tools=[mcp_tool(mcp_server)], metadata={"sim_tool_calls": "0"})
+    three = create(http, input="Count.", tools=[mcp_tool(mcp_server)])
+    assert len(items(one, "mcp_call")) == 0 and len(items(three, "mcp_call")) == 2
+    # Three generations read three prompts, each longer than the single generation's.
+    assert three["usage"]["input_tokens"] > 3 * one["usage"]["input_tokens"] - 3
+    assert three["usage"]["output_tokens"] > one["usage"]["output_tokens"]
+
+
+def test_the_stream_carries_the_mcp_events_in_order(http: httpx.Client, mcp_server: McpServers) -> None:
+    events = stream(http, input="Use the tool.", tools=[mcp_tool(mcp_server)])
+    kinds = [event["type"] for event in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"]
+    assert kinds[2:6] == [
+        "response.output_item.added",
+        "response.mcp_list_tools.in_progress",
+        "response.mcp_list_tools.completed",
+        "response.output_item.done",
+    ]
+    assert kinds.count("response.mcp_call.completed") == 2
+    assert kinds[-1] == "response.completed"
+
+
+def test_a_chain_lists_once(http: httpx.Client, mcp_server: McpServers) -> None:
+    tools = [mcp_tool(mcp_server)]
+    first = create(http, input="One.", tools=tools)
+    second = create(http, input="Two.", tools=tools, previous_response_id=first["id"])
+    assert items(second, "mcp_list_tools") == []
+    assert len(items(second, "mcp_call")) >= 0 and items(second, "message")
+    assert mcp_server.counts.method("tools/list") == 1
+    assert mcp_server.counts.sessions <= 1  # the chain's turns share one MCP session (this key's, maybe open)
+
+
+def test_a_stateless_client_that_resends_the_list_is_not_listed_again(
+    http: httpx.Client, mcp_server: McpServers
+) -> None:
+    tools = [mcp_tool(mcp_server)]
+    first = create(http, input="One.", tools=tools, store=False)
+    history = [{"role": "user", "content": "One."}, *first["output"], {"role": "user", "content": "Two."}]
+    second = create(http, input=history, tools=tools, store=False)
+    assert items(second, "mcp_list_tools") == [] and items(second, "message")
+    assert mcp_server.counts.method("tools/list") == 1
+
+
+def test_allowed_tools_filter_what_is_offered(http: httpx.Client, mcp_server: McpServers) -> None:
+    response = create(http, input="Add.", tools=[mcp_tool(mcp_server, allowed_tools={"read_only": True})])
+    assert {call["name"] for call in items(response, "mcp_call")} == {"add"}  # the only read-only tool
+
+
+def test_a_failing_tool_is_an_error_the_model_reads(http: httpx.Client, mcp_server: McpServers) -> None:
+    response = create(http, input="Break it.", tools=[mcp_tool(mcp_server, allowed_tools=["fail"])])
+    assert response["status"] == "completed" and items(response, "message")
+    for call in items(response, "mcp_call"):
+        assert call["status"] == "failed" and call.get("output") is None
+        assert call["error"]["type"] == "mcp_tool_execution_error"
+
+
+def test_max_tool_calls_bounds_the_calls_and_the_model_answers(http: httpx.Client, mcp_server: McpServers) -> None:
+    response = create(
+        http, input="Call a lot.", tools=[mcp_tool(mcp_server)], max_tool_calls=1, metadata={"sim_tool_calls": "5"}
+    )
+    assert response["status"] == "completed" and response["incomplete_details"] is None
+    assert len(items(response, "mcp_call")) == 1 and items(response, "message")
+    assert mcp_server.counts.method("tools/call") == 1
+
+
+def test_sse_servers_work_too(http: httpx.Client, mcp_server: McpServers) -> None:
+    response = create(http, input="Hi.", tools=[mcp_tool(mcp_server, server_url=mcp_server.url("/sse"))])
+    assert [call["status"] for call in items(response, "mcp_call")] == ["completed", "completed"]
+    assert mcp_server.counts.requests["GET /sse"] >= 1
+
+
+def test_mcp_and_function_tools_together(http: httpx.Client, mcp_server: McpServers) -> None:
+    function = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+    response = create(http, input="Both.", tools=[function, mcp_tool(mcp_server)], metadata={"sim_tool_calls": "9"})
+    # The loop ends at the client's own tool: it is the client's turn to run it.
+    assert response["output"][-1]["type"] in ("function_call", "message")
+    assert response["tools"][0]["type"] == "function" and response["tools"][1]["type"] == "mcp"
+
+
+# -- refusals -----------------------------------------------------------------------------------------------------
+
+
+def test_a_url_outside_the_allowlist_is_refused_without_connecting(
+    hotloop: RunningServer, http: httpx.Client, mcp_server: McpServers
+) -> None:
+    before = stored_counts(hotloop)
+    other = "http://127.0.0.2:9/mcp"
+    reply = http.post("/responses", json={"input": "x", "tools": [mcp_tool(mcp_server, server_url=other)]})
+    error_of(reply, 400, "mcp_server_not_allowed", "tools[0].server_url")
+    redirect = mcp_server.redirect("/elsewhere", "http://127.0.0.2:9/mcp")
+    assert mcp_server.counts.total == 0 and stored_counts(hotloop) == before
+    # A redirect to a URL outside the allowlist is not followed: the listing fails.
+    reply = http.post("/responses", json={"input": "x", "tools": [mcp_tool(mcp_server, server_url=redirect)]})
+    assert reply.status_code == 424
+
+
+def test_a_server_that_cannot_be_listed_fails_the_create_with_424(
+    hotloop: RunningServer, http: httpx.Client, mcp_server: McpServers
+) -> None:
+    before = stored_counts(hotloop)
+    mcp_server.fail_with("/mcp", 503)
+    reply = http.post("/responses", json={"input": "x", "tools": [mcp_tool(mcp_server)], "stream": True})
+    error = error_of(reply, 424, "mcp_list_tools_failed", "tools")
+    assert error["message"].startswith("Error retrieving tool list from MCP server: 'tools'.")
+    assert stored_counts(hotloop) == before
+
+
+@pytest.mark.parametrize(
+    ("field", "param", "code"),
+    [
+        ({"connector_id": "connector_gmail"}, "tools[0].connector_id", "unsupported_parameter"),
+        ({"tunnel_id": "t"}, "tools[0].tunnel_id", "unsupported_parameter"),
+        ({"server_label": None}, "tools[0].server_label", "invalid_type"),
+    ],
+)
+def test_bad_mcp_fields_are_400(
+    http: httpx.Client, mcp_server: McpServers, field: dict[str, Any], param: str, code: str
+) -> None:
+    reply = http.post("/responses", json={"input": "x", "tools": [mcp_tool(mcp_server, **field)]})
+    error_of(reply, 400, code, param)
+    assert mcp_server.counts.total == 0
+
+
+# -- secrets ------------------------------------------------------------------------------------------------------
+
+
+def test_headers_and_authorization_reach_the_server_and_nothing_else(
+    hotloop: RunningServer, http: httpx.Client, mcp_server: McpServers, caplog: pytest.LogCaptureFixture
+) -> None:
+    tool = mcp_tool(mcp_server, headers={"X-Secret": SECRET}, authorization=TOKEN)
+    with caplog.at_level("DEBUG"):
+        response = create(http, input="Hi.", tools=[tool])
+    assert mcp_server.counts.header_values("x-secret") == {SECRET}
+    assert mcp_server.counts.header_values("authorization") == {f"Bearer {TOKEN}"}
+    echoed = response["tools"][0]
+    assert "headers" not in echoed and "authorization" not in echoed
+    stored = http.get(f"/responses/{response['id']}").text
+    assert SECRET not in stored and TOKEN not in stored and SECRET not in json.dumps(response)
+    assert SECRET not in caplog.text and TOKEN not in caplog.text
+    database = (Path(hotloop.settings.data_dir) / "hotloop.db").read_bytes()
+    assert SECRET.encode() not in database and TOKEN.encode() not in database
+
+
+def test_one_keys_sessions_are_not_another_keys(
+    http: httpx.Client, hotloop: RunningServer, mcp_server: McpServers
+) -> None:
+    tools = [mcp_tool(mcp_server)]
+    for key in ("key-one", "key-two"):
+        with hotloop.http(api_key=key) as client:
+            first = create(client, input="Mine.", tools=tools)
+            create(client, input="Again.", tools=tools, previous_response_id=first["id"])
+    assert mcp_server.counts.sessions == 2 and mcp_server.counts.method("tools/list") == 2
+
+
+# -- approvals ----------------------------------------------------------------------------------------------------
+
+
+def test_an_approval_request_ends_the_response_and_an_approval_runs_the_call(
+    http: httpx.Client, mcp_server: McpServers
+) -> None:
+    tools = [mcp_tool(mcp_server, require_approval="always")]
+    asked = create(http, input="Echo something.", tools=tools)
+    request = asked["output"][-1]
+    assert asked["status"] == "completed" and request["type"] == "mcp_approval_request"
+    assert mcp_server.counts.method("tools/call") == 0
+    answer = {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}
+    approved = create(http, input=[answer], tools=tools, previous_response_id=asked["id"])
+    call = approved["output"][0]
+    assert call["type"] == "mcp_call" and call["approval_request_id"] == request["id"]
+    assert call["status"] == "completed" and call["arguments"] == request["arguments"]
+    assert mcp_server.counts.method("tools/call") == 1
+    # The same id again is an answered request.
+    reply = http.post("/responses", json={"input": [answer], "tools": tools, "previous_response_id": approved["id"]})
+    error_of(reply, 400, "invalid_value", "input")
+
+
+def test_a_refused_call_is_not_run_and_the_model_goes_on(http: httpx.Client, mcp_server: McpServers) -> None:
+    tools = [mcp_tool(mcp_server, require_approval="always")]
+    asked = create(http, input="Echo.", tools=tools)
+    request = asked["output"][-1]
+    answer = {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": False, "reason": "no"}
+    refused = create(
+        http, input=[answer], tools=tools, previous_response_id=asked["id"], metadata={"sim_tool_calls": "0"}
+    )
+    assert items(refused, "mcp_call") == [] and items(refused, "message")
+    assert mcp_server.counts.method("tools/call") == 0
+
+
+def test_an_unknown_approval_request_is_400(http: httpx.Client, mcp_server: McpServers) -> None:
+    answer = {"type": "mcp_approval_response", "approval_request_id": "mcpr_nope", "approve": True}
+    reply = http.post("/responses", json={"input": [answer], "tools": [mcp_tool(mcp_server)]})
+    error_of(reply, 400, "invalid_value", "input")
+
+
+def stateless_call(servers: McpServers, name: str, arguments: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stateless history whose approved request makes hotloop call `name` with `arguments` first."""
+    request = {
+        "type": "mcp_approval_request",
+        "id": "mcpr_test",
+        "server_label": "tools",
+        "name": name,
+        "arguments": json.dumps(arguments),
+    }
+    answer = {"type": "mcp_approval_response", "approval_request_id": "mcpr_test", "approve": True}
+    return [{"role": "user", "content": "Go."}, request, answer]
+
+
+def test_a_stateless_approval_runs_the_call(http: httpx.Client, mcp_server: McpServers) -> None:
+    tools = [mcp_tool(mcp_server, allowed_tools=["add"], require_approval="always")]
+    response = create(
+        http,
+        input=stateless_call(mcp_server, "add", {"a": 2, "b": 3}),
+        tools=tools,
+        store=False,
+        metadata={"sim_tool_calls": "0"},
+    )
+    call = items(response, "mcp_call")[0]
+    assert call["output"] == "5" and call["approval_request_id"] == "mcpr_test"
+
+
+def test_a_slow_call_times_out_as_an_error_the_model_reads(http: httpx.Client, mcp_server: McpServers) -> None:
+    tools = [mcp_tool(mcp_server, allowed_tools=["sleep"], require_approval="always")]
+    started = time.perf_counter()
+    response = create(
+        http,
+        input=stateless_call(mcp_server, "sleep", {"seconds": 30}),
+        tools=tools,
+        store=False,
+        metadata={"sim_tool_calls": "0"},
+    )
+    assert time.perf_counter() - started < 10
+    call = items(response, "mcp_call")[0]
+    assert call["status"] == "failed" and call["error"]["type"] == "mcp_protocol_error"
+    assert call["error"]["code"] == -32001 and response["status"] == "completed"
+
+
+def test_a_large_output_is_cut(http: httpx.Client, mcp_server: McpServers) -> None:
+    tools = [mcp_tool(mcp_server, allowed_tools=["big"], require_approval="always")]
+    response = create(
+        http,
+        input=stateless_call(mcp_server, "big", {"n": 50_000}),
+        tools=tools,
+        store=False,
+        metadata={"sim_tool_calls": "0"},
+    )
+    output = items(response, "mcp_call")[0]["output"]
+    assert output.startswith("x" * 1000) and "[output truncated: 50000 bytes]" in output
+    assert len(output.encode()) < 2100
+
+
+def test_a_client_that_leaves_mid_call_stops_the_call(hotloop: RunningServer, mcp_server: McpServers) -> None:
+    tools = [mcp_tool(mcp_server, allowed_tools=["sleep"], require_approval="always")]
+    body = {
+        "model": "hotloop-sim",
+        "input": stateless_call(mcp_server, "sleep", {"seconds": 0.9}),
+        "tools": tools,
+        "store": False,
+        "stream": True,
+    }
+    with hotloop.http() as client, client.stream("POST", "/responses", json=body) as reply:
+        for line in reply.iter_lines():
+            if "response.mcp_call.in_progress" in line:
+                break
+    deadline = time.monotonic() + 5
+    while mcp_server.counts.sleeps_cancelled < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert mcp_server.counts.sleeps == 1 and mcp_server.counts.sleeps_cancelled == 1
+
+
+# -- clients ------------------------------------------------------------------------------------------------------
+
+
+def test_openai_python_streams_and_parses_the_loop(hotloop: RunningServer, mcp_server: McpServers) -> None:
+    client = hotloop.client()
+    with client.responses.stream(model="hotloop-sim", input="Hi.", tools=[mcp_tool(mcp_server)]) as events:
+        kinds = [event.type for event in events]
+        final = events.get_final_response()
+    assert "response.mcp_call.completed" in kinds
+    assert [item.type for item in final.output][-1] == "message" and final.output_text
+
+
+def test_websocket_mode_runs_the_loop_and_lists_once_per_connection(
+    hotloop: RunningServer, mcp_server: McpServers
+) -> None:
+    client = hotloop.client(websocket_base_url=hotloop.base_url.replace("http", "ws"))
+    tools: Any = [mcp_tool(mcp_server)]
+    previous: str | None = None
+    with client.responses.connect() as conn:
+        for turn in range(3):
+            conn.response.create(
+                model="hotloop-sim", input=f"Turn {turn}.", tools=tools, store=False, previous_response_id=previous
+            )
+            frames: list[dict[str, Any]] = []
+            while True:
+                frame = json.loads(conn.recv_bytes())
+                frames.append(frame)
+                if frame["type"] in ("response.completed", "response.failed", "response.incomplete", "error"):
+                    break
+            check_mcp_sequence(frames)
+            final = frames[-1]["response"]
+            assert final["status"] == "completed"
+            assert bool(items(final, "mcp_list_tools")) is (turn == 0)
+            previous = final["id"]
+    assert mcp_server.counts.method("tools/list") == 1 and mcp_server.counts.sessions <= 1
+
+
+def test_the_metrics_count_calls_and_lists(http: httpx.Client, hotloop: RunningServer, mcp_server: McpServers) -> None:
+    create(http, input="Hi.", tools=[mcp_tool(mcp_server)])
+    text = httpx.get(hotloop.base_url.removesuffix("/v1") + "/metrics").text
+    assert 'hotloop_mcp_calls_total{outcome="completed"}' in text
+    assert 'hotloop_mcp_lists_total{outcome="listed"}' in text and "hotloop_mcp_call_seconds_count" in text
+
+
+def test_openai_types_accept_the_items_as_input(hotloop: RunningServer, mcp_server: McpServers) -> None:
+    client: openai.OpenAI = hotloop.client()
+    first = client.responses.create(model="hotloop-sim", input="Hi.", tools=[mcp_tool(mcp_server)], store=False)  # type: ignore[list-item]
+    history: Any = [{"role": "user", "content": "Hi."}, *[item.model_dump(exclude_none=True) for item in first.output]]
+    second = client.responses.create(
+        model="hotloop-sim",
+        input=[*history, {"role": "user", "content": "More."}],
+        tools=[mcp_tool(mcp_server)],
+        store=False,
+    )  # type: ignore[list-item]
+    assert second.status == "completed" and not [item for item in second.output if item.type == "mcp_list_tools"]
