@@ -7,7 +7,9 @@ counts show what hotloop asked of it (a list fetched once per chain, no connecti
 from __future__ import annotations
 
 import json
+import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,9 @@ from pydantic import TypeAdapter
 
 from conftest import RunningServer, start_server, stored_counts
 from http_support import error_of, parse_sse
-from mcp_support import McpServers, serving
+from mcp_support import PAGED_TOOLS, McpServers, serving
 from schema import check_event, check_response
+from wsutil import TERMINAL, WS
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 SECRET = "s3cr3t-header-value"
@@ -458,3 +461,133 @@ def test_openai_types_accept_the_items_as_input(hotloop: RunningServer, mcp_serv
         store=False,
     )  # type: ignore[list-item]
     assert second.status == "completed" and not [item for item in second.output if item.type == "mcp_list_tools"]
+
+
+# -- calls at once, and what stops them ---------------------------------------------------------------------------
+
+
+def approvals_of(calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A stateless history whose approved requests make hotloop run `calls` (name, arguments) first, at once."""
+    # Ids of their own: a history sent again is a resend of the first (pipeline/resend.py), its approvals answered.
+    ids = [f"mcpr_{uuid.uuid4().hex}" for _ in calls]
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Go."}]
+    for request_id, (name, arguments) in zip(ids, calls, strict=True):
+        history.append(
+            {
+                "type": "mcp_approval_request",
+                "id": request_id,
+                "server_label": "tools",
+                "name": name,
+                "arguments": json.dumps(arguments),
+            }
+        )
+    history += [{"type": "mcp_approval_response", "approval_request_id": i, "approve": True} for i in ids]
+    return history
+
+
+SLEEPY = {"allowed_tools": ["sleep"], "require_approval": "always"}
+
+
+def test_the_calls_of_one_step_run_at_once(http: httpx.Client, mcp_server: McpServers) -> None:
+    history = approvals_of([("sleep", {"seconds": 0.6}), ("sleep", {"seconds": 0.6}), ("sleep", {"seconds": 0.6})])
+    started = time.perf_counter()
+    events = stream(
+        http, input=history, tools=[mcp_tool(mcp_server, **SLEEPY)], store=False, metadata={"sim_tool_calls": "0"}
+    )
+    elapsed = time.perf_counter() - started
+    final = events[-1]["response"]
+    assert [call["output"] for call in items(final, "mcp_call")] == ["slept 0.6"] * 3
+    assert elapsed < 1.5  # three 0.6 s calls at once, not one after another (1.8 s)
+    assert mcp_server.counts.sleeps == 3
+
+
+def test_paged_listings_are_read_to_the_end(http: httpx.Client, mcp_server: McpServers) -> None:
+    tool = mcp_tool(mcp_server, server_label="paged", server_url=mcp_server.url("/paged/mcp"), allowed_tools=None)
+    response = create(http, input="List.", tools=[tool], metadata={"sim_tool_calls": "0"})
+    assert [t["name"] for t in items(response, "mcp_list_tools")[0]["tools"]] == PAGED_TOOLS
+    assert mcp_server.counts.method("tools/list") == 3
+
+
+def test_cancelling_a_background_response_stops_its_call(http: httpx.Client, mcp_server: McpServers) -> None:
+    history = approvals_of([("sleep", {"seconds": 5})])
+    reply = http.post(
+        "/responses",
+        json={"model": "hotloop-sim", "input": history, "tools": [mcp_tool(mcp_server, **SLEEPY)], "background": True},
+    )
+    assert reply.status_code == 200, reply.text
+    response_id = reply.json()["id"]
+    assert wait_until(lambda: mcp_server.counts.sleeps == 1)
+    cancelled = http.post(f"/responses/{response_id}/cancel").json()
+    assert cancelled["status"] == "cancelled"
+    assert wait_until(lambda: mcp_server.counts.sleeps_cancelled == 1)
+
+
+def test_a_steer_stops_the_call_in_flight(hotloop: RunningServer, mcp_server: McpServers) -> None:
+    body = {
+        "model": "hotloop-sim",
+        "input": approvals_of([("sleep", {"seconds": 5})]),
+        "store": False,
+        "tools": [mcp_tool(mcp_server, **SLEEPY)],
+        "metadata": {"sim_tool_calls": "0"},
+    }
+    with WS(hotloop.ws_url, api_key="test-key") as ws:
+        ws.create(**body)
+        frames = []
+        while (frame := ws.recv())["type"] != "response.mcp_call.in_progress":
+            frames.append(frame)
+        started = time.perf_counter()
+        ws.send({"type": "response.steer", "previous_response_id": frames[0]["response"]["id"], "input": "Stop."})
+        frames += ws.collect(terminals=2, timeout=10)
+    assert time.perf_counter() - started < 2
+    steered = next(f for f in frames if f["type"] in TERMINAL)["response"]
+    assert steered["status"] == "incomplete" and steered["incomplete_details"] == {"reason": "steered"}
+    call = items(steered, "mcp_call")[0]
+    assert call["status"] == "failed" and "steered" in call["error"]["message"]
+    assert wait_until(lambda: mcp_server.counts.sleeps_cancelled == 1)
+
+
+def test_a_websocket_that_closes_mid_call_stops_it(hotloop: RunningServer, mcp_server: McpServers) -> None:
+    body = {
+        "model": "hotloop-sim",
+        "input": approvals_of([("sleep", {"seconds": 5})]),
+        "store": False,
+        "tools": [mcp_tool(mcp_server, **SLEEPY)],
+    }
+    with WS(hotloop.ws_url, api_key="test-key") as ws:
+        ws.create(**body)
+        while ws.recv()["type"] != "response.mcp_call.in_progress":
+            pass
+    assert wait_until(lambda: mcp_server.counts.sleeps_cancelled == 1)
+
+
+def test_a_shutdown_cuts_the_call_in_flight(tmp_path: Path, mcp_servers: McpServers) -> None:
+    servers = mcp_servers.reset()
+    running = start_server(
+        tmp_path, models=["hotloop-sim"], mcp_allowed_urls=[servers.base + "/"], shutdown_grace_s=0.3
+    )
+    body = {
+        "model": "hotloop-sim",
+        "input": approvals_of([("sleep", {"seconds": 5})]),
+        "store": False,
+        "tools": [mcp_tool(servers, **SLEEPY)],
+    }
+    with WS(running.ws_url) as ws:
+        ws.create(**body)
+        while ws.recv()["type"] != "response.mcp_call.in_progress":
+            pass
+        stopper = threading.Thread(target=running.stop)
+        stopper.start()
+        frames = ws.collect(terminals=1, timeout=20)
+        stopper.join(30)
+    cut = frames[-1]["response"]
+    assert cut["status"] == "failed" and cut["error"]["code"] == "server_error"
+    assert wait_until(lambda: servers.counts.sleeps_cancelled == 1)
+
+
+def wait_until(check: Any, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
