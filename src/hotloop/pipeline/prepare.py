@@ -18,7 +18,7 @@ from hotloop.pipeline import compaction
 from hotloop.pipeline.inputs import Inputs, gather, match_resent, remember
 from hotloop.pipeline.mcp.approvals import approved_calls
 from hotloop.pipeline.mcp.listing import endpoints, offer
-from hotloop.pipeline.mcp.steps import McpTurn
+from hotloop.pipeline.mcp.plan import McpTurn
 from hotloop.pipeline.prepared import DEFAULT_OPTIONS, Prepared, TurnOptions
 from hotloop.pipeline.prior import Prior, conversation_id_of
 from hotloop.pipeline.prompt import render_prompt, too_long

@@ -12,7 +12,7 @@ from hotloop.chat.incremental import Rendered
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
 from hotloop.pipeline.compaction import Plan
-from hotloop.pipeline.mcp.steps import McpTurn
+from hotloop.pipeline.mcp.plan import McpTurn
 from hotloop.pipeline.state.context import ChainState
 from hotloop.pipeline.state.session import Lane
 from hotloop.pipeline.tools import ToolSet

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 from collections.abc import AsyncGenerator, Callable
-
-import msgspec
 
 from hotloop import sealing
 from hotloop.backends.base import GenerationRequest
@@ -23,7 +20,6 @@ from hotloop.observability.timings import StageTimings
 from hotloop.pipeline import compaction
 from hotloop.pipeline.finish import finish, finish_cancelled, log_finished
 from hotloop.pipeline.generate import BLOCKED, Generation, Outcome
-from hotloop.pipeline.mcp.calls import Calls
 from hotloop.pipeline.mcp.steps import Steps
 from hotloop.pipeline.prepared import Prepared, TurnOptions
 from hotloop.pipeline.service import Service
@@ -32,7 +28,7 @@ from hotloop.pipeline.steering import Steer, check_room
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
 from hotloop.wire.request import CreateRequest
-from hotloop.wire.response import ErrorInfo, Response, Usage
+from hotloop.wire.response import ErrorInfo, Response
 
 
 class Turn:
@@ -211,70 +207,14 @@ class Turn:
     async def _tool_loop(
         self, generation: Generation, congested: Callable[[], bool] | None
     ) -> AsyncGenerator[Event, None]:
-        """Generate, run the MCP calls the model made, generate again on the extended prompt, until the model
-        answers, calls a client's tool or asks for an approval, or the response ends otherwise (`_looped`).
-        Approved calls (this create answered their requests) run first."""
-        steps, builder = self._steps(), self.builder
-        usage: Usage | None = None
-        pending: list[int] = []
-        for call in self.prepared.mcp.approved if self.prepared.mcp is not None else ():
-            for event in builder.mcp_call_added(call):
-                yield event
-            pending.append(len(builder.response.output) - 1)
-        while True:
-            if pending:
-                started = time.perf_counter()
-                async for event in steps.calls.run(builder, pending, self._steered):
-                    yield event
-                steps.calls_s += time.perf_counter() - started
-                if self._steers or steps.asked(builder):  # steered: the calls stopped; asked: the client answers
-                    reason = "steered" if self._steers else None
-                    self._looped = Outcome(status="incomplete" if reason else "completed", usage=usage, reason=reason)
-                    break
-                request = await steps.next_generation(builder, generation.request, len(pending))
-                if isinstance(request, Outcome):
-                    self._looped = msgspec.structs.replace(request, usage=usage)
-                    break
-                generation = self._step_generation(request)
-            async for event in generation.events(congested):
-                yield event
-            result = generation.result()
-            usage = result.usage.plus(usage) if result.usage is not None else usage
-            if generation.timings is not self.prepared.timings:  # a later step's model time
-                for stage in ("generate", "engine"):
-                    self.prepared.timings.add(stage, generation.timings.seconds.get(stage, 0.0))
-            pending = builder.mcp_pending()
-            if result.status != "completed" or not pending:
-                self._looped = msgspec.structs.replace(result, usage=usage)
-                break
-        timings = self.prepared.timings
-        timings.add("mcp_step", steps.overhead_s)
-        timings.add("mcp_call", steps.calls_s)
-        self.prepared = dataclasses.replace(
-            self.prepared, rendered=steps.rendered, rendered_output=steps.rendered_output
-        )
-
-    def _steps(self) -> Steps:
-        prepared, service = self.prepared, self.service
+        """The generations and the server's MCP calls between them (mcp/steps.py); `_looped` is how they ended."""
+        prepared = self.prepared
         assert prepared.mcp is not None
-        limit = prepared.request.max_tool_calls
-        bound = service.settings.mcp_max_calls if limit is None else limit
-        calls = Calls(
-            service.mcp, self.session.owner, prepared.mcp.endpoints, bound, service.metrics, service.mcp_calls
-        )
-        # A chat API's engine reads items: the prompt's own (compacted, expanded); a token model's harmony reads
-        # the context for the names of calls answered later.
-        context = list(prepared.generation.items or prepared.mcp.context)
-        return Steps(
-            service.renderer,
-            prepared.model,
-            prepared.request,
-            prepared.tools.specs,
-            calls,
-            context,
-            prepared.rendered,
-            prepared.rendered_output,
-        )
+        steps = Steps.of(self.service, prepared, self.session.owner)
+        async for event in steps.run(self.builder, generation, self._step_generation, congested, self._steered):
+            yield event
+        self._looped = steps.outcome
+        self.prepared = dataclasses.replace(prepared, rendered=steps.rendered, rendered_output=steps.rendered_output)
 
     def _step_generation(self, request: GenerationRequest) -> Generation:
         """A later step's generation, on its own clock: the turn's `ttft` is its first generation's."""

@@ -1,12 +1,14 @@
-"""The in-server steps of a turn with MCP tools (pipeline/turn.py runs them): approved calls first, then after
-each generation that called MCP tools, the calls (calls.py) and the next generation's prompt, which extends the
-rendered state with the items made since it was rendered (the calls and their outputs), as a continuation's does.
+"""The in-server steps of a turn with MCP tools (`Steps.run`, from pipeline/turn.py): approved calls first, then
+after each generation that called MCP tools, the calls (calls.py) and the next generation, whose prompt extends the
+rendered state with the items made since it was rendered (the calls and their outputs), as a continuation's does;
+until the model answers, calls a client's tool or asks for an approval, or the response ends otherwise.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -16,24 +18,18 @@ from hotloop.chat.incremental import PromptRenderer, Rendered
 from hotloop.chat.render import PromptBase
 from hotloop.chat.specs import ToolSpec
 from hotloop.errors import HotloopError
-from hotloop.mcp import Endpoint
 from hotloop.models import Model
-from hotloop.pipeline.generate import Outcome
+from hotloop.observability.timings import StageTimings
+from hotloop.pipeline.generate import Generation, Outcome
 from hotloop.pipeline.mcp.calls import Calls
+from hotloop.pipeline.prepared import Prepared
 from hotloop.pipeline.prompt import render_prompt
+from hotloop.pipeline.service import Service
 from hotloop.wire.builder import ResponseBuilder
-from hotloop.wire.items import ContextItem, McpApprovalRequest, McpCall, McpListTools
+from hotloop.wire.events import Event
+from hotloop.wire.items import ContextItem, McpApprovalRequest, McpCall
 from hotloop.wire.request import CreateRequest
-
-
-@dataclass(frozen=True, slots=True)
-class McpTurn:
-    """What a turn with MCP servers carries from its preparation (pipeline/prepare.py)."""
-
-    endpoints: dict[str, Endpoint]  # by server label
-    listed: list[McpListTools]  # the lists this turn made: its first output items
-    approved: list[McpCall]  # calls approved by this create's input, run before it generates
-    context: Sequence[ContextItem] = ()  # the items before this turn's output (a chat API's prompt)
+from hotloop.wire.response import Usage
 
 
 @dataclass(slots=True)
@@ -48,8 +44,82 @@ class Steps:
     context: list[ContextItem]
     rendered: Rendered | None
     rendered_output: int  # how many of the output items `rendered` holds
+    timings: StageTimings
+    approved: list[McpCall]  # run first: this create answered their requests
     overhead_s: float = 0.0  # hotloop's own time in the steps: dispatch and prompt extension
     calls_s: float = 0.0  # the calls' time, the MCP servers' own included
+    outcome: Outcome | None = None  # how the steps ended, once `run` is done
+
+    @classmethod
+    def of(cls, service: Service, prepared: Prepared, owner: str) -> Steps:
+        mcp = prepared.mcp
+        assert mcp is not None
+        limit = prepared.request.max_tool_calls
+        bound = service.settings.mcp_max_calls if limit is None else limit
+        calls = Calls(service.mcp, owner, mcp.endpoints, bound, service.metrics, service.mcp_calls)
+        # A chat API's engine reads items: the prompt's own (compacted, expanded); a token model's harmony reads
+        # the context for the names of calls answered later.
+        context = list(prepared.generation.items or mcp.context)
+        return cls(
+            service.renderer,
+            prepared.model,
+            prepared.request,
+            prepared.tools.specs,
+            calls,
+            context,
+            prepared.rendered,
+            prepared.rendered_output,
+            prepared.timings,
+            mcp.approved,
+        )
+
+    async def run(
+        self,
+        builder: ResponseBuilder,
+        generation: Generation,
+        next_of: Callable[[GenerationRequest], Generation],
+        congested: Callable[[], bool] | None,
+        steered: asyncio.Event,
+    ) -> AsyncGenerator[Event, None]:
+        """Every event of the steps, `generation` first (after the approved calls); `outcome` once done."""
+        usage: Usage | None = None
+        pending: list[int] = []
+        for call in self.approved:
+            for event in builder.mcp_call_added(call):
+                yield event
+            pending.append(len(builder.response.output) - 1)
+        while True:
+            if pending:
+                started = time.perf_counter()
+                async for event in self.calls.run(builder, pending, steered):
+                    yield event
+                self.calls_s += time.perf_counter() - started
+                if steered.is_set() or self.asked(builder):  # steered: the calls stopped; asked: the client answers
+                    reason = "steered" if steered.is_set() else None
+                    self.outcome = Outcome(status="incomplete" if reason else "completed", usage=usage, reason=reason)
+                    break
+                request = await self.next_generation(builder, generation.request, len(pending))
+                if isinstance(request, Outcome):
+                    self.outcome = msgspec.structs.replace(request, usage=usage)
+                    break
+                generation = next_of(request)
+            async for event in generation.events(congested):
+                yield event
+            result = generation.result()
+            usage = result.usage.plus(usage) if result.usage is not None else usage
+            self._count_model_time(generation)
+            pending = builder.mcp_pending()
+            if result.status != "completed" or not pending:
+                self.outcome = msgspec.structs.replace(result, usage=usage)
+                break
+        self.timings.add("mcp_step", self.overhead_s)
+        self.timings.add("mcp_call", self.calls_s)
+
+    def _count_model_time(self, generation: Generation) -> None:
+        """A later step's generation runs on a clock of its own: its model time joins the turn's."""
+        if generation.timings is not self.timings:
+            for stage in ("generate", "engine"):
+                self.timings.add(stage, generation.timings.seconds.get(stage, 0.0))
 
     @staticmethod
     def asked(builder: ResponseBuilder) -> bool:
