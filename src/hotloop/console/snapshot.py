@@ -32,6 +32,7 @@ def snapshot(service: Service) -> dict[str, Any]:
         "gauges": {name: value for name, value in _gauges(readings).items()},
         "connections": _connections(service),
         "ledger": _ledger(service),
+        "mcp": _mcp(service, readings),
     }
 
 
@@ -87,7 +88,8 @@ def _caches(readings: Samples) -> dict[str, Any]:
 def _gauges(readings: Samples) -> dict[str, float]:
     """The other readings, one row per label set (`cache_bytes{cache=chain}`), without the histogram and counter
     series shown in their own panels."""
-    shown_elsewhere = ("hotloop_stage_seconds", "hotloop_responses", "hotloop_cache_lookups")
+    # The MCP call time is the `mcp_call` stage already; its own histogram's buckets would only crowd this panel.
+    shown_elsewhere = ("hotloop_stage_seconds", "hotloop_responses", "hotloop_cache_lookups", "hotloop_mcp_")
     gauges: dict[str, float] = {}
     for name, values in sorted(readings.items()):
         if name.startswith(shown_elsewhere) or name.endswith("_created"):
@@ -122,3 +124,31 @@ def _ledger(service: Service) -> list[dict[str, Any]]:
         {"owner": owner_label(owner), **{field: getattr(totals, field) for field in totals.__struct_fields__}}
         for owner, totals in sorted(service.ledger.totals_by_owner.items())
     ]
+
+
+def _mcp(service: Service, readings: Samples) -> dict[str, Any]:
+    """The latest MCP calls, newest first, and the call and list counts by outcome. Only names, status and timing:
+    a call's arguments and output may hold a user's data, so they never reach the console."""
+    now = time.time()
+    calls = [
+        {
+            "started_at": record.started_at,
+            "server_label": record.server_label,
+            "name": record.name,
+            "owner": owner_label(record.owner),
+            "status": record.status,
+            # a call still running shows how long it has run so far
+            "seconds": round(record.seconds if record.seconds is not None else now - record.started_at, 4),
+            "error": record.error,
+        }
+        for record in reversed(service.mcp_calls.records)
+    ]
+    return {
+        "calls": calls,
+        "calls_by_outcome": _by_outcome(readings, "hotloop_mcp_calls_total"),
+        "lists_by_outcome": _by_outcome(readings, "hotloop_mcp_lists_total"),
+    }
+
+
+def _by_outcome(readings: Samples, name: str) -> dict[str, float]:
+    return {dict(labels)["outcome"]: value for labels, value in readings.get(name, {}).items()}

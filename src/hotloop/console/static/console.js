@@ -92,6 +92,16 @@ function renderStages(stages) {
   }));
 }
 
+// The latest MCP calls, newest first; one still running shows its time so far.
+function renderMcp(mcp) {
+  const counts = (byOutcome) => Object.entries(byOutcome).map(([outcome, n]) => `${fmtNumber(n)} ${outcome}`).join(", ") || "none";
+  $("mcp-totals").textContent = `(calls: ${counts(mcp.calls_by_outcome)} · lists: ${counts(mcp.lists_by_outcome)})`;
+  fillRows("mcp-calls", mcp.calls.map((call) => [
+    new Date(call.started_at * 1000).toLocaleTimeString(), call.owner, call.server_label, call.name,
+    call.error ? `${call.status} (${call.error})` : call.status, (call.seconds * 1e3).toFixed(0),
+  ]));
+}
+
 function render(state) {
   const total = state.responses.total;
   if (previous && state.time > previous.time) {
@@ -110,6 +120,7 @@ function render(state) {
   fillRows("connections", state.connections.map((conn) =>
     [conn.owner, fmtAge(conn.age_s), conn.lanes.map((l) => `${l.lane}: ${l.response_id.slice(0, 14)}… · ${l.items}`).join("  |  ") || "(idle)"]));
   fillRows("gauges", Object.entries(state.gauges).map(([name, value]) => [name, fmtNumber(value)]));
+  renderMcp(state.mcp);
   const select = $("pg-model");
   if (!select.options.length) {
     for (const model of state.models) select.add(new Option(model, model));
@@ -193,6 +204,10 @@ function onEvent(event) {
       break;
     case "response.output_item.done":
       if (event.item.type === "function_call") logLine("tool", `→ ${event.item.name}(${event.item.arguments})`);
+      if (event.item.type === "mcp_call") logLine("tool", `⚙ ${event.item.server_label}.${event.item.name} → ${event.item.status}`);
+      if (event.item.type === "mcp_approval_request") {
+        logLine("tool", `⚙ ${event.item.server_label}.${event.item.name} awaits approval (${event.item.id})`);
+      }
       if (event.item.type === "reasoning" && !playground.thinking) {  // reasoning_events = "none": no deltas
         think((event.item.content || []).map((part) => part.text).join(""));
       }
