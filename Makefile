@@ -26,8 +26,8 @@ serve: $(STAMP)
 	$(VENV)/bin/hotloop serve $(ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests scripts
-	$(VENV)/bin/ruff format --check src tests scripts
+	$(VENV)/bin/ruff check src tests scripts examples
+	$(VENV)/bin/ruff format --check src tests scripts examples
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

@@ -7,6 +7,9 @@ counts show what hotloop asked of it (a list fetched once per chain, no connecti
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -23,6 +26,7 @@ from pydantic import TypeAdapter
 from conftest import RunningServer, start_server, stored_counts
 from http_support import error_of, parse_sse
 from mcp_support import PAGED_TOOLS, McpServers, serving
+from process_support import free_port
 from schema import check_event, check_response
 from wsutil import TERMINAL, WS
 
@@ -591,3 +595,46 @@ def wait_until(check: Any, timeout: float = 5.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def test_the_readmes_example_server_runs_a_loop(tmp_path: Path) -> None:
+    """README.md's example: examples/mcp_server.py (the `mcp` SDK's MCPServer, a process of its own), a hotloop
+    that may reach it, and the request the README sends."""
+    port = free_port()
+    example = Path(__file__).resolve().parents[1] / "examples" / "mcp_server.py"
+    process = subprocess.Popen(
+        [sys.executable, str(example), str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        assert wait_until(lambda: _listening(port), timeout=20)
+        running = start_server(tmp_path, models=["hotloop-sim"], mcp_allowed_urls=[f"http://127.0.0.1:{port}/"])
+        try:
+            response = running.client().responses.create(
+                model="hotloop-sim",
+                input="How many words are in 'the loop with no round trip'?",
+                tools=[
+                    {
+                        "type": "mcp",
+                        "server_label": "words",
+                        "server_url": url,
+                        "allowed_tools": ["word_count"],
+                        "require_approval": "never",
+                    }
+                ],
+            )
+        finally:
+            running.stop()
+    finally:
+        process.terminate()
+        process.wait(10)
+    kinds = [item.type for item in response.output]
+    assert kinds[0] == "mcp_list_tools" and kinds[-1] == "message" and "mcp_call" in kinds
+    for item in response.output:
+        if item.type == "mcp_call":
+            assert item.output == str(len(json.loads(item.arguments)["text"].split()))
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0

@@ -186,8 +186,12 @@ class Turn:
     def _generation(self) -> Generation:
         prepared = self.prepared
         timings = prepared.timings
-        # A compaction's summary is model time, not the API's own: it has its stage and is left out of this one.
-        timings.add("pre_inference", timings.since("start") - timings.seconds.get("compact", 0.0))
+        # A compaction's summary is model time and an MCP server's listing its time, not the API's own: each has its
+        # stage and is left out of this one.
+        seconds = timings.seconds
+        timings.add(
+            "pre_inference", timings.since("start") - seconds.get("compact", 0.0) - seconds.get("mcp_list", 0.0)
+        )
         timings.mark("inference")
         return self._generation_of(prepared.generation, timings)
 

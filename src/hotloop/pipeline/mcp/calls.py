@@ -48,6 +48,7 @@ class Calls:
         self.metrics = metrics
         self.recent = recent
         self.made = 0
+        self.slowest = 0.0  # the last step's slowest call, by its own time (the rest of the step is hotloop's)
 
     @property
     def exhausted(self) -> bool:
@@ -73,9 +74,11 @@ class Calls:
             record = self.recent.begin(item.id, item.server_label, item.name, self.owner)
             running.append((index, asyncio.ensure_future(self._call(item)), record))
         steer = asyncio.ensure_future(steered.wait())
+        self.slowest = 0.0
         try:
             for index, task, began in running:
                 result = await _result(task, steer)
+                self.slowest = max(self.slowest, result.seconds)
                 if began is not None:
                     self._count(result, began)
                 for event in _finished(builder, index, result):

@@ -93,7 +93,9 @@ class Steps:
                 started = time.perf_counter()
                 async for event in self.calls.run(builder, pending, steered):
                     yield event
-                self.calls_s += time.perf_counter() - started
+                wall = time.perf_counter() - started
+                self.calls_s += wall
+                self.overhead_s += max(0.0, wall - self.calls.slowest)  # dispatching the calls, their events
                 if steered.is_set() or self.asked(builder):  # steered: the calls stopped; asked: the client answers
                     reason = "steered" if steered.is_set() else None
                     self.outcome = Outcome(status="incomplete" if reason else "completed", usage=usage, reason=reason)
