@@ -24,6 +24,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from conftest import RunningServer, start_server, stored_counts
+from hotloop.config import McpServer
 from http_support import error_of, parse_sse
 from mcp_support import PAGED_TOOLS, McpServers, serving
 from process_support import free_port
@@ -638,3 +639,48 @@ def test_the_readmes_example_server_runs_a_loop(tmp_path: Path) -> None:
 def _listening(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_two_servers_in_one_request(http: httpx.Client, mcp_server: McpServers) -> None:
+    paged = mcp_tool(mcp_server, server_label="paged", server_url=mcp_server.url("/paged/mcp"), allowed_tools=None)
+    response = create(http, input="Both.", tools=[mcp_tool(mcp_server), paged], metadata={"sim_tool_calls": "6"})
+    assert sorted(listed["server_label"] for listed in items(response, "mcp_list_tools")) == ["paged", "tools"]
+    calls = items(response, "mcp_call")
+    assert len(calls) == 6 and all(call["status"] == "completed" for call in calls)
+    for call in calls:  # each call went to its own server
+        if call["server_label"] == "paged":
+            assert call["output"] == f"called {call['name']}"
+        else:
+            assert call["name"] == "echo"
+
+
+def test_approvals_over_websocket(hotloop: RunningServer, mcp_server: McpServers) -> None:
+    tools = [mcp_tool(mcp_server, require_approval="always")]
+    with WS(hotloop.ws_url, api_key="test-key") as ws:
+        asked = ws.turn(model="hotloop-sim", input="Echo.", tools=tools, store=False)[-1]["response"]
+        request = asked["output"][-1]
+        assert request["type"] == "mcp_approval_request"
+        answer = {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}
+        ws.create(model="hotloop-sim", input=[answer], tools=tools, store=False, previous_response_id=asked["id"])
+        frames = ws.collect()
+    check_mcp_sequence(frames)
+    call = items(frames[-1]["response"], "mcp_call")[0]
+    assert call["approval_request_id"] == request["id"] and call["status"] == "completed"
+
+
+def test_a_server_configured_by_label(tmp_path: Path, mcp_servers: McpServers) -> None:
+    servers = mcp_servers.reset()
+    configured = McpServer(url=servers.url("/mcp"), headers={"X-Team-Key": SECRET})
+    running = start_server(tmp_path, models=["hotloop-sim"], mcp_servers={"team": configured})
+    try:
+        with running.http() as client:
+            tool = {"type": "mcp", "server_label": "team", "require_approval": "never", "allowed_tools": ["echo"]}
+            response = create(client, input="Hi.", tools=[tool])
+            # The same URL named by a request is still outside the (empty) allowlist.
+            named = {**tool, "server_label": "other", "server_url": servers.url("/mcp")}
+            refused = client.post("/responses", json={"input": "x", "tools": [named]})
+    finally:
+        running.stop()
+    assert [call["status"] for call in items(response, "mcp_call")] == ["completed", "completed"]
+    assert servers.counts.header_values("x-team-key") == {SECRET} and SECRET not in json.dumps(response)
+    error_of(refused, 400, "mcp_server_not_allowed", "tools[0].server_url")

@@ -108,7 +108,7 @@ class LlamaCppBody(msgspec.Struct):
 
 def calls_in(text: str) -> int:
     """Tool calls written in prompt text: `<tool_call>` blocks, or harmony calls (each ends with `<|call|>`)."""
-    return text.count("<tool_call>") + text.count("<|call|>")
+    return text.count("<tool_call>\n") + text.count("<|call|>")
 
 
 def tools_in_prompt(text: str) -> tuple[list[ToolSpec], int]:
@@ -128,7 +128,9 @@ def tools_in_prompt(text: str) -> tuple[list[ToolSpec], int]:
         if isinstance(entry, dict) and isinstance(entry.get("name"), str):
             kind: Literal["function", "custom"] = "custom" if "input" in entry else "function"
             specs.append(ToolSpec(entry["name"], kind, entry.get("description"), entry.get("parameters")))
-    calls = max(0, text.count("<tool_call>", end) - 1)  # the tool prompt's own example is one
+    # A call's block opens with "<tool_call>" on a line of its own; the tool prompt's example is one such block
+    # (its prose names "<tool_call> block" in a sentence, which is not).
+    calls = max(0, text.count("<tool_call>\n", end) - 1)
     return specs, calls
 
 
