@@ -231,7 +231,8 @@ class Turn:
                     reason = "steered" if self._steers else None
                     self._looped = Outcome(status="incomplete" if reason else "completed", usage=usage, reason=reason)
                     break
-                request = await steps.next_generation(builder, generation.request, len(pending))
+                used = usage.output_tokens if usage is not None else 0
+                request = await steps.next_generation(builder, generation.request, used)
                 if isinstance(request, Outcome):
                     self._looped = msgspec.structs.replace(request, usage=usage)
                     break
