@@ -45,6 +45,9 @@ EXTENSION_ITEMS = frozenset({"mcp_list_tools", "mcp_call", "mcp_approval_request
 # Tools OR has no schema for (its `tools` are function tools only), echoed as sent (protocol.md §1.4): left out of
 # what the schema checks, like the items.
 EXTENSION_TOOLS = frozenset({"mcp"})
+# `tool_choice` objects OR has no schema for: OpenAI's `{type: "mcp", server_label, name?}` (docs/mcp.md), echoed as
+# sent; the schema checks the response as if it were "required", what it asks of the model.
+EXTENSION_TOOL_CHOICES = frozenset({"mcp"})
 
 
 @cache
@@ -100,6 +103,9 @@ def _without_extension_items(response: dict[str, Any]) -> dict[str, Any]:
         response = {**response, "output": [item for item in output if item.get("type") not in EXTENSION_ITEMS]}
     if isinstance(tools, list) and any(tool.get("type") in EXTENSION_TOOLS for tool in tools):
         response = {**response, "tools": [tool for tool in tools if tool.get("type") not in EXTENSION_TOOLS]}
+    choice = response.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") in EXTENSION_TOOL_CHOICES:
+        response = {**response, "tool_choice": "required"}
     return response
 
 

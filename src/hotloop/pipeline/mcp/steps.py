@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import msgspec
 
 from hotloop.backends.base import GenerationRequest
+from hotloop.chat.compacted import count_calls
 from hotloop.chat.incremental import PromptRenderer, Rendered
 from hotloop.chat.render import PromptBase
 from hotloop.chat.specs import ToolSpec
@@ -100,7 +101,8 @@ class Steps:
                     reason = "steered" if steered.is_set() else None
                     self.outcome = Outcome(status="incomplete" if reason else "completed", usage=usage, reason=reason)
                     break
-                request = await self.next_generation(builder, generation.request, len(pending))
+                used = usage.output_tokens if usage is not None else 0
+                request = await self.next_generation(builder, generation.request, used)
                 if isinstance(request, Outcome):
                     self.outcome = msgspec.structs.replace(request, usage=usage)
                     break
@@ -129,10 +131,16 @@ class Steps:
         return any(isinstance(item, McpApprovalRequest) for item in builder.response.output)
 
     async def next_generation(
-        self, builder: ResponseBuilder, generation: GenerationRequest, calls: int
+        self, builder: ResponseBuilder, generation: GenerationRequest, used: int
     ) -> GenerationRequest | Outcome:
         """The next generation's request: its prompt extended with the output made since the last render; past
-        the window, the response fails as a too-long input does. Past the call limit, MCP tools are not offered."""
+        the window, the response fails as a too-long input does. Past the call limit, MCP tools are not offered.
+        Its `calls_so_far` counts the new calls as the context does: a call an approval ran is its request's, which
+        is counted already. `max_output_tokens` bounds the response: the generations so far `used` that many of
+        it; none left, the response ends `incomplete` as a generation cut short does."""
+        limit = self.request.max_output_tokens
+        if limit is not None and used >= limit:
+            return Outcome(status="incomplete", reason="max_output_tokens")
         start = time.perf_counter()
         output = builder.response.output
         new = output[self.rendered_output :]
@@ -151,7 +159,8 @@ class Steps:
             generation,
             prompt_tokens=prompt.tokens,
             items=prompt.items,
-            calls_so_far=generation.calls_so_far + calls,
+            calls_so_far=count_calls(new, generation.calls_so_far),
+            max_output_tokens=None if limit is None else limit - used,
             tools=tools,
             # `required` and a forced tool ask for the first step's call: then the model may answer.
             tool_choice=("auto" if generation.tool_choice == "required" else generation.tool_choice)
