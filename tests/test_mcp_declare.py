@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from hotloop.chat.specs import ToolSpec
 from hotloop.config import McpServer, Settings
 from hotloop.errors import HotloopError
 from hotloop.mcp import ListedTool
 from hotloop.pipeline.mcp.declare import allowed, declare, endpoint
-from hotloop.pipeline.tools import resolve_tool_choice, resolve_tools
+from hotloop.pipeline.tools import ToolSet, resolve_tool_choice, resolve_tools
 
 pytestmark = pytest.mark.fast
 
@@ -151,3 +152,16 @@ def test_tool_choice_mcp_needs_an_offered_tool() -> None:
     with pytest.raises(HotloopError) as caught:
         resolve_tool_choice({"type": "mcp", "server_label": "docs"}, resolve_tools([tool()]))
     assert caught.value.param == "tool_choice"
+
+
+def test_tool_choice_mcp_limits_the_call_to_that_server() -> None:
+    specs = (
+        ToolSpec("read", kind="mcp", namespace="docs"),
+        ToolSpec("read", kind="mcp", namespace="wiki"),
+        ToolSpec("write", kind="mcp", namespace="wiki"),
+    )
+    tools = ToolSet(echo=[], specs=specs)
+    whole = resolve_tool_choice({"type": "mcp", "server_label": "wiki"}, tools)
+    assert whole.mode == "required" and [s.namespace for s in whole.tools.specs] == ["wiki", "wiki"]
+    one = resolve_tool_choice({"type": "mcp", "server_label": "wiki", "name": "read"}, tools)
+    assert one.forced == "read" and one.tools.specs == (specs[1],)  # not docs' tool of the same name

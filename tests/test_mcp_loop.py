@@ -127,10 +127,8 @@ def test_a_response_lists_the_server_calls_its_tool_and_answers(http: httpx.Clie
     kinds = [item["type"] for item in response["output"]]
     assert kinds[0] == "mcp_list_tools" and kinds[-1] == "message", kinds
     listed = response["output"][0]
-    assert (
-        listed["server_label"] == "tools"
-        and [tool["name"] for tool in listed["tools"]] == ["add", "big", "echo", "fail", "mixed", "sleep"]
-    ) or {tool["name"] for tool in listed["tools"]} >= {"echo", "add"}
+    assert listed["server_label"] == "tools" and [tool["name"] for tool in listed["tools"]] == ["echo"]
+    assert listed["tools"][0]["input_schema"]["properties"]["text"]["type"] == "string"
     calls = items(response, "mcp_call")
     assert len(calls) == 2  # hotloop-sim calls twice (sim_tool_calls), then answers
     for call in calls:
@@ -139,6 +137,15 @@ def test_a_response_lists_the_server_calls_its_tool_and_answers(http: httpx.Clie
     assert mcp_server.counts.method("tools/list") == 1 and mcp_server.counts.method("tools/call") == 2
     usage = response["usage"]
     assert usage["output_tokens"] > 0 and usage["input_tokens"] > 0
+
+
+def test_the_list_holds_every_tool_the_request_allows(http: httpx.Client, mcp_server: McpServers) -> None:
+    response = create(
+        http, input="List.", tools=[mcp_tool(mcp_server, allowed_tools=None)], metadata={"sim_tool_calls": "0"}
+    )
+    tools = {tool["name"]: tool for tool in items(response, "mcp_list_tools")[0]["tools"]}
+    assert sorted(tools) == ["add", "big", "echo", "fail", "mixed", "sleep"]
+    assert tools["add"]["annotations"]["readOnlyHint"] is True and tools["add"]["description"] == "Add two integers."
 
 
 def test_usage_sums_every_generation_of_the_response(http: httpx.Client, mcp_server: McpServers) -> None:

@@ -174,7 +174,8 @@ def resolve_tool_choice(choice: str | dict[str, Any] | None, tools: ToolSet) -> 
             offered = [spec for spec in offered if spec.name == name]
         if not offered:
             raise InvalidParam(f"No offered MCP tool matches tool_choice ('{label}').", param="tool_choice")
-        return ToolChoice(choice, tools, "required", name)
+        # The model may call that server's tools only: a bare `name` then names one tool.
+        return ToolChoice(choice, ToolSet(echo=tools.echo, specs=tuple(offered)), "required", name)
     if kind == "allowed_tools":
         mode = choice.get("mode", "auto")
         allowed = choice.get("tools")
