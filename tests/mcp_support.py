@@ -35,6 +35,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -46,7 +47,12 @@ from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
+from openai.types.responses import Response
 from starlette.applications import Starlette
+
+from http_support import check_sequence
+from openai_types_support import openai_typed
+from schema import check_event, check_response
 
 PAGE_SIZE = 2
 PAGED_TOOLS = [f"tool{i}" for i in range(5)]  # three pages: 2, 2, 1
@@ -355,3 +361,65 @@ def serving() -> Iterator[McpServers]:
         yield servers
     finally:
         servers.stop()
+
+
+# -- what the end-to-end tests send and check (test_mcp_loop.py, test_mcp_clients.py, test_console_mcp.py) --------
+
+LABEL = "tools"
+
+
+def mcp_tool(servers: McpServers, **fields: Any) -> dict[str, Any]:
+    """The `mcp` tool of a request for the streamable HTTP server, its echo tool only, run without approval."""
+    return {
+        "type": "mcp",
+        "server_label": LABEL,
+        "server_url": servers.url("/mcp"),
+        "require_approval": "never",
+        "allowed_tools": ["echo"],
+        **fields,
+    }
+
+
+def approved(calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A stateless history whose approved requests make hotloop run `calls` ((tool, arguments) of the server
+    `LABEL`) first, at once: a test chooses the arguments the model would have written."""
+    # Ids of their own: a history sent again is a resend of the first (pipeline/resend.py), its approvals answered.
+    ids = [f"mcpr_{uuid.uuid4().hex}" for _ in calls]
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Go."}]
+    for request_id, (name, arguments) in zip(ids, calls, strict=True):
+        history.append(
+            {
+                "type": "mcp_approval_request",
+                "id": request_id,
+                "server_label": LABEL,
+                "name": name,
+                "arguments": json.dumps(arguments),
+            }
+        )
+    history += [{"type": "mcp_approval_response", "approval_request_id": i, "approve": True} for i in ids]
+    return history
+
+
+def of_type(response: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [item for item in response["output"] if item["type"] == kind]
+
+
+def check_mcp_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Streamed events, SSE or WebSocket frames: each valid for the Open Responses schema and typed by
+    openai-python (MCP ones field for field), the lifecycle rules (http_support.check_sequence: `output_item.done`
+    in output order, equal to the terminal output), and each MCP call's events in OpenAI's order. Returns the
+    terminal response, checked too."""
+    for event in events:
+        check_event(event)
+        if not event["type"].startswith("hotloop:"):
+            openai_typed("event", event)
+    final = check_sequence(events)
+    check_response(final)
+    Response.model_validate(final)
+    for item in final["output"]:
+        if item["type"] == "mcp_call":
+            kinds = [event["type"] for event in events if event.get("item_id") == item["id"]]
+            end = "response.mcp_call.completed" if item["status"] == "completed" else "response.mcp_call.failed"
+            assert kinds[0] in ("response.mcp_call_arguments.delta", "response.mcp_call_arguments.done"), kinds
+            assert kinds[-2:] == ["response.mcp_call.in_progress", end], kinds
+    return final

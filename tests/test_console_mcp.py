@@ -14,7 +14,7 @@ import pytest
 
 from cdp import Browser, ensure_chromium
 from conftest import RunningServer, start_server
-from mcp_support import McpServers, serving
+from mcp_support import McpServers, approved, mcp_tool, serving
 
 SLEEP_S = 1.5  # long enough for the page's 1 s poll to see the call running
 
@@ -40,30 +40,11 @@ def http(hotloop: RunningServer) -> Iterator[httpx.Client]:
         yield client
 
 
-def mcp_tool(servers: McpServers, **fields: Any) -> dict[str, Any]:
-    return {
-        "type": "mcp",
-        "server_label": "tools",
-        "server_url": servers.url("/mcp"),
-        "require_approval": "never",
-        "allowed_tools": ["echo"],
-        **fields,
-    }
-
-
 def sleep_body(servers: McpServers) -> dict[str, Any]:
-    """A stateless history whose approved request makes hotloop call the sleep tool first (test_mcp_loop.py)."""
-    request = {
-        "type": "mcp_approval_request",
-        "id": "mcpr_t",
-        "server_label": "tools",
-        "name": "sleep",
-        "arguments": json.dumps({"seconds": SLEEP_S}),
-    }
-    answer = {"type": "mcp_approval_response", "approval_request_id": "mcpr_t", "approve": True}
+    """A stateless history whose approved request makes hotloop call the sleep tool first."""
     return {
         "model": "hotloop-sim",
-        "input": [{"role": "user", "content": "Go."}, request, answer],
+        "input": approved([("sleep", {"seconds": SLEEP_S})]),
         "tools": [mcp_tool(servers, allowed_tools=["sleep"], require_approval="always")],
         "store": False,
         "metadata": {"sim_tool_calls": "0"},

@@ -36,15 +36,13 @@ from openai.types.responses.response_output_item import McpCall
 
 from conftest import RunningServer, start_server
 from hotloop.config import Upstream
-from http_support import check_sequence, parse_sse
-from mcp_support import McpServers, serving
-from openai_types_support import openai_typed
+from http_support import parse_sse
+from mcp_support import LABEL, McpServers, check_mcp_stream, mcp_tool, of_type, serving
 from schema import check_response
 from simengine_support import READ_TIMEOUT_S, SimEngineProcess, agent_engine
 
 set_tracing_disabled(True)  # no trace export: the SDK would otherwise try to reach api.openai.com
 
-LABEL = "tools"
 SMOLLM2 = "smollm2-135m"
 
 
@@ -93,47 +91,13 @@ def http(hotloop: RunningServer, engine: SimEngineProcess) -> Iterator[httpx.Cli
         yield client
 
 
-def mcp_tool(servers: McpServers, **fields: Any) -> dict[str, Any]:
-    return {
-        "type": "mcp",
-        "server_label": LABEL,
-        "server_url": servers.url("/mcp"),
-        "require_approval": "never",
-        "allowed_tools": ["echo"],
-        **fields,
-    }
-
-
 # -- checks -------------------------------------------------------------------------------------------------------
-
-
-def check_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Streamed events (already schema-checked by `parse_sse`): each typed by openai-python (MCP ones field for
-    field), the lifecycle rules (http_support.check_sequence), and each MCP call's events in OpenAI's order.
-    Returns the terminal response, checked too."""
-    for event in events:
-        if not event["type"].startswith("hotloop:"):
-            openai_typed("event", event)
-    final = check_sequence(events)
-    check_response(final)
-    Response.model_validate(final)
-    for item in final["output"]:
-        if item["type"] == "mcp_call":
-            kinds = [event["type"] for event in events if event.get("item_id") == item["id"]]
-            end = "response.mcp_call.completed" if item["status"] == "completed" else "response.mcp_call.failed"
-            assert kinds[0] in ("response.mcp_call_arguments.delta", "response.mcp_call_arguments.done"), kinds
-            assert kinds[-2:] == ["response.mcp_call.in_progress", end], kinds
-    return final
 
 
 def stream(http: httpx.Client, **body: Any) -> dict[str, Any]:
     reply = http.post("/responses", json={"stream": True, **body})
     assert reply.status_code == 200, reply.text
-    return check_stream(parse_sse(reply.text))
-
-
-def of_type(response: dict[str, Any], kind: str) -> list[dict[str, Any]]:
-    return [item for item in response["output"] if item["type"] == kind]
+    return check_mcp_stream(parse_sse(reply.text))
 
 
 def check_echo_calls(response: dict[str, Any], count: int) -> None:
@@ -185,7 +149,7 @@ class Recording(httpx.AsyncBaseTransport):
         out = []
         for content_type, body in self.received:
             if content_type.startswith("text/event-stream"):
-                out.append(check_stream(parse_sse(body.decode())))
+                out.append(check_mcp_stream(parse_sse(body.decode())))
             else:
                 response = json.loads(body)
                 check_response(response)

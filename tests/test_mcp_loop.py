@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,18 +19,16 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from openai.types.responses import Response, ResponseStreamEvent
-from pydantic import TypeAdapter
+from openai.types.responses import Response
 
 from conftest import RunningServer, start_server, stored_counts
 from hotloop.config import McpServer
 from http_support import error_of, parse_sse
-from mcp_support import PAGED_TOOLS, McpServers, serving
+from mcp_support import PAGED_TOOLS, McpServers, approved, check_mcp_stream, mcp_tool, of_type, serving
 from process_support import free_port
-from schema import check_event, check_response
+from schema import check_response
 from wsutil import TERMINAL, WS
 
-EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 SECRET = "s3cr3t-header-value"
 TOKEN = "s3cr3t-bearer-token"
 
@@ -68,17 +65,6 @@ def http(hotloop: RunningServer) -> Iterator[httpx.Client]:
         yield client
 
 
-def mcp_tool(servers: McpServers, **fields: Any) -> dict[str, Any]:
-    return {
-        "type": "mcp",
-        "server_label": "tools",
-        "server_url": servers.url("/mcp"),
-        "require_approval": "never",
-        "allowed_tools": ["echo"],
-        **fields,
-    }
-
-
 def create(http: httpx.Client, **body: Any) -> dict[str, Any]:
     reply = http.post("/responses", json={"model": "hotloop-sim", **body})
     assert reply.status_code == 200, reply.text
@@ -92,31 +78,8 @@ def stream(http: httpx.Client, **body: Any) -> list[dict[str, Any]]:
     reply = http.post("/responses", json={"model": "hotloop-sim", "stream": True, **body})
     assert reply.status_code == 200, reply.text
     events = parse_sse(reply.text)
-    check_mcp_sequence(events)
+    check_mcp_stream(events)
     return events
-
-
-def check_mcp_sequence(events: list[dict[str, Any]]) -> None:
-    """Every event valid for the schema and openai-python; sequence numbers gapless; `output_item.done` in index
-    order, equal to the terminal output; each MCP call's events in OpenAI's order."""
-    for event in events:
-        check_event(event)
-        EVENTS.validate_python(event)
-    assert [event["sequence_number"] for event in events] == list(range(len(events)))
-    done = [event for event in events if event["type"] == "response.output_item.done"]
-    assert [event["output_index"] for event in done] == list(range(len(done)))
-    final = events[-1]["response"]
-    assert final["output"] == [event["item"] for event in done]
-    for item in final["output"]:
-        if item["type"] == "mcp_call":
-            kinds = [event["type"] for event in events if event.get("item_id") == item["id"]]
-            end = "response.mcp_call.completed" if item["status"] == "completed" else "response.mcp_call.failed"
-            assert kinds[0] == "response.mcp_call_arguments.delta" or kinds[0] == "response.mcp_call_arguments.done"
-            assert kinds[-2:] == ["response.mcp_call.in_progress", end], kinds
-
-
-def items(response: dict[str, Any], kind: str) -> list[dict[str, Any]]:
-    return [item for item in response["output"] if item["type"] == kind]
 
 
 # -- listing and calling ------------------------------------------------------------------------------------------
@@ -129,7 +92,7 @@ def test_a_response_lists_the_server_calls_its_tool_and_answers(http: httpx.Clie
     listed = response["output"][0]
     assert listed["server_label"] == "tools" and [tool["name"] for tool in listed["tools"]] == ["echo"]
     assert listed["tools"][0]["input_schema"]["properties"]["text"]["type"] == "string"
-    calls = items(response, "mcp_call")
+    calls = of_type(response, "mcp_call")
     assert len(calls) == 2  # hotloop-sim calls twice (sim_tool_calls), then answers
     for call in calls:
         assert call["status"] == "completed" and call["name"] == "echo" and call["server_label"] == "tools"
@@ -143,7 +106,7 @@ def test_the_list_holds_every_tool_the_request_allows(http: httpx.Client, mcp_se
     response = create(
         http, input="List.", tools=[mcp_tool(mcp_server, allowed_tools=None)], metadata={"sim_tool_calls": "0"}
     )
-    tools = {tool["name"]: tool for tool in items(response, "mcp_list_tools")[0]["tools"]}
+    tools = {tool["name"]: tool for tool in of_type(response, "mcp_list_tools")[0]["tools"]}
     assert sorted(tools) == ["add", "big", "echo", "fail", "mixed", "sleep"]
     assert tools["add"]["annotations"]["readOnlyHint"] is True and tools["add"]["description"] == "Add two integers."
 
@@ -151,7 +114,7 @@ def test_the_list_holds_every_tool_the_request_allows(http: httpx.Client, mcp_se
 def test_usage_sums_every_generation_of_the_response(http: httpx.Client, mcp_server: McpServers) -> None:
     one = create(http, input="Count.", tools=[mcp_tool(mcp_server)], metadata={"sim_tool_calls": "0"})
     three = create(http, input="Count.", tools=[mcp_tool(mcp_server)])
-    assert len(items(one, "mcp_call")) == 0 and len(items(three, "mcp_call")) == 2
+    assert len(of_type(one, "mcp_call")) == 0 and len(of_type(three, "mcp_call")) == 2
     # Three generations read three prompts, each longer than the single generation's.
     assert three["usage"]["input_tokens"] > 3 * one["usage"]["input_tokens"] - 3
     assert three["usage"]["output_tokens"] > one["usage"]["output_tokens"]
@@ -175,8 +138,8 @@ def test_a_chain_lists_once(http: httpx.Client, mcp_server: McpServers) -> None:
     tools = [mcp_tool(mcp_server)]
     first = create(http, input="One.", tools=tools)
     second = create(http, input="Two.", tools=tools, previous_response_id=first["id"])
-    assert items(second, "mcp_list_tools") == []
-    assert len(items(second, "mcp_call")) >= 0 and items(second, "message")
+    assert of_type(second, "mcp_list_tools") == []
+    assert len(of_type(second, "mcp_call")) >= 0 and of_type(second, "message")
     assert mcp_server.counts.method("tools/list") == 1
     assert mcp_server.counts.sessions <= 1  # the chain's turns share one MCP session (this key's, maybe open)
 
@@ -188,19 +151,19 @@ def test_a_stateless_client_that_resends_the_list_is_not_listed_again(
     first = create(http, input="One.", tools=tools, store=False)
     history = [{"role": "user", "content": "One."}, *first["output"], {"role": "user", "content": "Two."}]
     second = create(http, input=history, tools=tools, store=False)
-    assert items(second, "mcp_list_tools") == [] and items(second, "message")
+    assert of_type(second, "mcp_list_tools") == [] and of_type(second, "message")
     assert mcp_server.counts.method("tools/list") == 1
 
 
 def test_allowed_tools_filter_what_is_offered(http: httpx.Client, mcp_server: McpServers) -> None:
     response = create(http, input="Add.", tools=[mcp_tool(mcp_server, allowed_tools={"read_only": True})])
-    assert {call["name"] for call in items(response, "mcp_call")} == {"add"}  # the only read-only tool
+    assert {call["name"] for call in of_type(response, "mcp_call")} == {"add"}  # the only read-only tool
 
 
 def test_a_failing_tool_is_an_error_the_model_reads(http: httpx.Client, mcp_server: McpServers) -> None:
     response = create(http, input="Break it.", tools=[mcp_tool(mcp_server, allowed_tools=["fail"])])
-    assert response["status"] == "completed" and items(response, "message")
-    for call in items(response, "mcp_call"):
+    assert response["status"] == "completed" and of_type(response, "message")
+    for call in of_type(response, "mcp_call"):
         assert call["status"] == "failed" and call.get("output") is None
         assert call["error"]["type"] == "mcp_tool_execution_error"
 
@@ -210,13 +173,13 @@ def test_max_tool_calls_bounds_the_calls_and_the_model_answers(http: httpx.Clien
         http, input="Call a lot.", tools=[mcp_tool(mcp_server)], max_tool_calls=1, metadata={"sim_tool_calls": "5"}
     )
     assert response["status"] == "completed" and response["incomplete_details"] is None
-    assert len(items(response, "mcp_call")) == 1 and items(response, "message")
+    assert len(of_type(response, "mcp_call")) == 1 and of_type(response, "message")
     assert mcp_server.counts.method("tools/call") == 1
 
 
 def test_sse_servers_work_too(http: httpx.Client, mcp_server: McpServers) -> None:
     response = create(http, input="Hi.", tools=[mcp_tool(mcp_server, server_url=mcp_server.url("/sse"))])
-    assert [call["status"] for call in items(response, "mcp_call")] == ["completed", "completed"]
+    assert [call["status"] for call in of_type(response, "mcp_call")] == ["completed", "completed"]
     assert mcp_server.counts.requests["GET /sse"] >= 1
 
 
@@ -333,7 +296,7 @@ def test_a_refused_call_is_not_run_and_the_model_goes_on(http: httpx.Client, mcp
     refused = create(
         http, input=[answer], tools=tools, previous_response_id=asked["id"], metadata={"sim_tool_calls": "0"}
     )
-    assert items(refused, "mcp_call") == [] and items(refused, "message")
+    assert of_type(refused, "mcp_call") == [] and of_type(refused, "message")
     assert mcp_server.counts.method("tools/call") == 0
 
 
@@ -343,30 +306,17 @@ def test_an_unknown_approval_request_is_400(http: httpx.Client, mcp_server: McpS
     error_of(reply, 400, "invalid_value", "input")
 
 
-def stateless_call(servers: McpServers, name: str, arguments: dict[str, Any]) -> list[dict[str, Any]]:
-    """A stateless history whose approved request makes hotloop call `name` with `arguments` first."""
-    request = {
-        "type": "mcp_approval_request",
-        "id": "mcpr_test",
-        "server_label": "tools",
-        "name": name,
-        "arguments": json.dumps(arguments),
-    }
-    answer = {"type": "mcp_approval_response", "approval_request_id": "mcpr_test", "approve": True}
-    return [{"role": "user", "content": "Go."}, request, answer]
-
-
 def test_a_stateless_approval_runs_the_call(http: httpx.Client, mcp_server: McpServers) -> None:
     tools = [mcp_tool(mcp_server, allowed_tools=["add"], require_approval="always")]
     response = create(
         http,
-        input=stateless_call(mcp_server, "add", {"a": 2, "b": 3}),
+        input=approved([("add", {"a": 2, "b": 3})]),
         tools=tools,
         store=False,
         metadata={"sim_tool_calls": "0"},
     )
-    call = items(response, "mcp_call")[0]
-    assert call["output"] == "5" and call["approval_request_id"] == "mcpr_test"
+    call = of_type(response, "mcp_call")[0]
+    assert call["output"] == "5" and call["approval_request_id"].startswith("mcpr_")
 
 
 def test_a_slow_call_times_out_as_an_error_the_model_reads(http: httpx.Client, mcp_server: McpServers) -> None:
@@ -374,13 +324,13 @@ def test_a_slow_call_times_out_as_an_error_the_model_reads(http: httpx.Client, m
     started = time.perf_counter()
     response = create(
         http,
-        input=stateless_call(mcp_server, "sleep", {"seconds": 30}),
+        input=approved([("sleep", {"seconds": 30})]),
         tools=tools,
         store=False,
         metadata={"sim_tool_calls": "0"},
     )
     assert time.perf_counter() - started < 10
-    call = items(response, "mcp_call")[0]
+    call = of_type(response, "mcp_call")[0]
     assert call["status"] == "failed" and call["error"]["type"] == "mcp_protocol_error"
     assert call["error"]["code"] == -32001 and response["status"] == "completed"
 
@@ -389,12 +339,12 @@ def test_a_large_output_is_cut(http: httpx.Client, mcp_server: McpServers) -> No
     tools = [mcp_tool(mcp_server, allowed_tools=["big"], require_approval="always")]
     response = create(
         http,
-        input=stateless_call(mcp_server, "big", {"n": 50_000}),
+        input=approved([("big", {"n": 50_000})]),
         tools=tools,
         store=False,
         metadata={"sim_tool_calls": "0"},
     )
-    output = items(response, "mcp_call")[0]["output"]
+    output = of_type(response, "mcp_call")[0]["output"]
     assert output.startswith("x" * 1000) and "[output truncated: 50000 bytes]" in output
     assert len(output.encode()) < 2100
 
@@ -403,7 +353,7 @@ def test_a_client_that_leaves_mid_call_stops_the_call(hotloop: RunningServer, mc
     tools = [mcp_tool(mcp_server, allowed_tools=["sleep"], require_approval="always")]
     body = {
         "model": "hotloop-sim",
-        "input": stateless_call(mcp_server, "sleep", {"seconds": 0.9}),
+        "input": approved([("sleep", {"seconds": 0.9})]),
         "tools": tools,
         "store": False,
         "stream": True,
@@ -447,10 +397,10 @@ def test_websocket_mode_runs_the_loop_and_lists_once_per_connection(
                 frames.append(frame)
                 if frame["type"] in ("response.completed", "response.failed", "response.incomplete", "error"):
                     break
-            check_mcp_sequence(frames)
+            check_mcp_stream(frames)
             final = frames[-1]["response"]
             assert final["status"] == "completed"
-            assert bool(items(final, "mcp_list_tools")) is (turn == 0)
+            assert bool(of_type(final, "mcp_list_tools")) is (turn == 0)
             previous = final["id"]
     assert mcp_server.counts.method("tools/list") == 1 and mcp_server.counts.sessions <= 1
 
@@ -478,37 +428,18 @@ def test_openai_types_accept_the_items_as_input(hotloop: RunningServer, mcp_serv
 # -- calls at once, and what stops them ---------------------------------------------------------------------------
 
 
-def approvals_of(calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """A stateless history whose approved requests make hotloop run `calls` (name, arguments) first, at once."""
-    # Ids of their own: a history sent again is a resend of the first (pipeline/resend.py), its approvals answered.
-    ids = [f"mcpr_{uuid.uuid4().hex}" for _ in calls]
-    history: list[dict[str, Any]] = [{"role": "user", "content": "Go."}]
-    for request_id, (name, arguments) in zip(ids, calls, strict=True):
-        history.append(
-            {
-                "type": "mcp_approval_request",
-                "id": request_id,
-                "server_label": "tools",
-                "name": name,
-                "arguments": json.dumps(arguments),
-            }
-        )
-    history += [{"type": "mcp_approval_response", "approval_request_id": i, "approve": True} for i in ids]
-    return history
-
-
 SLEEPY = {"allowed_tools": ["sleep"], "require_approval": "always"}
 
 
 def test_the_calls_of_one_step_run_at_once(http: httpx.Client, mcp_server: McpServers) -> None:
-    history = approvals_of([("sleep", {"seconds": 0.6}), ("sleep", {"seconds": 0.6}), ("sleep", {"seconds": 0.6})])
+    history = approved([("sleep", {"seconds": 0.6}), ("sleep", {"seconds": 0.6}), ("sleep", {"seconds": 0.6})])
     started = time.perf_counter()
     events = stream(
         http, input=history, tools=[mcp_tool(mcp_server, **SLEEPY)], store=False, metadata={"sim_tool_calls": "0"}
     )
     elapsed = time.perf_counter() - started
     final = events[-1]["response"]
-    assert [call["output"] for call in items(final, "mcp_call")] == ["slept 0.6"] * 3
+    assert [call["output"] for call in of_type(final, "mcp_call")] == ["slept 0.6"] * 3
     assert elapsed < 1.5  # three 0.6 s calls at once, not one after another (1.8 s)
     assert mcp_server.counts.sleeps == 3
 
@@ -516,12 +447,12 @@ def test_the_calls_of_one_step_run_at_once(http: httpx.Client, mcp_server: McpSe
 def test_paged_listings_are_read_to_the_end(http: httpx.Client, mcp_server: McpServers) -> None:
     tool = mcp_tool(mcp_server, server_label="paged", server_url=mcp_server.url("/paged/mcp"), allowed_tools=None)
     response = create(http, input="List.", tools=[tool], metadata={"sim_tool_calls": "0"})
-    assert [t["name"] for t in items(response, "mcp_list_tools")[0]["tools"]] == PAGED_TOOLS
+    assert [t["name"] for t in of_type(response, "mcp_list_tools")[0]["tools"]] == PAGED_TOOLS
     assert mcp_server.counts.method("tools/list") == 3
 
 
 def test_cancelling_a_background_response_stops_its_call(http: httpx.Client, mcp_server: McpServers) -> None:
-    history = approvals_of([("sleep", {"seconds": 5})])
+    history = approved([("sleep", {"seconds": 5})])
     reply = http.post(
         "/responses",
         json={"model": "hotloop-sim", "input": history, "tools": [mcp_tool(mcp_server, **SLEEPY)], "background": True},
@@ -537,7 +468,7 @@ def test_cancelling_a_background_response_stops_its_call(http: httpx.Client, mcp
 def test_a_steer_stops_the_call_in_flight(hotloop: RunningServer, mcp_server: McpServers) -> None:
     body = {
         "model": "hotloop-sim",
-        "input": approvals_of([("sleep", {"seconds": 5})]),
+        "input": approved([("sleep", {"seconds": 5})]),
         "store": False,
         "tools": [mcp_tool(mcp_server, **SLEEPY)],
         "metadata": {"sim_tool_calls": "0"},
@@ -553,7 +484,7 @@ def test_a_steer_stops_the_call_in_flight(hotloop: RunningServer, mcp_server: Mc
     assert time.perf_counter() - started < 2
     steered = next(f for f in frames if f["type"] in TERMINAL)["response"]
     assert steered["status"] == "incomplete" and steered["incomplete_details"] == {"reason": "steered"}
-    call = items(steered, "mcp_call")[0]
+    call = of_type(steered, "mcp_call")[0]
     assert call["status"] == "failed" and "steered" in call["error"]["message"]
     assert wait_until(lambda: mcp_server.counts.sleeps_cancelled == 1)
 
@@ -561,7 +492,7 @@ def test_a_steer_stops_the_call_in_flight(hotloop: RunningServer, mcp_server: Mc
 def test_a_websocket_that_closes_mid_call_stops_it(hotloop: RunningServer, mcp_server: McpServers) -> None:
     body = {
         "model": "hotloop-sim",
-        "input": approvals_of([("sleep", {"seconds": 5})]),
+        "input": approved([("sleep", {"seconds": 5})]),
         "store": False,
         "tools": [mcp_tool(mcp_server, **SLEEPY)],
     }
@@ -579,7 +510,7 @@ def test_a_shutdown_cuts_the_call_in_flight(tmp_path: Path, mcp_servers: McpServ
     )
     body = {
         "model": "hotloop-sim",
-        "input": approvals_of([("sleep", {"seconds": 5})]),
+        "input": approved([("sleep", {"seconds": 5})]),
         "store": False,
         "tools": [mcp_tool(servers, **SLEEPY)],
     }
@@ -651,8 +582,8 @@ def _listening(port: int) -> bool:
 def test_two_servers_in_one_request(http: httpx.Client, mcp_server: McpServers) -> None:
     paged = mcp_tool(mcp_server, server_label="paged", server_url=mcp_server.url("/paged/mcp"), allowed_tools=None)
     response = create(http, input="Both.", tools=[mcp_tool(mcp_server), paged], metadata={"sim_tool_calls": "6"})
-    assert sorted(listed["server_label"] for listed in items(response, "mcp_list_tools")) == ["paged", "tools"]
-    calls = items(response, "mcp_call")
+    assert sorted(listed["server_label"] for listed in of_type(response, "mcp_list_tools")) == ["paged", "tools"]
+    calls = of_type(response, "mcp_call")
     assert len(calls) == 6 and all(call["status"] == "completed" for call in calls)
     for call in calls:  # each call went to its own server
         if call["server_label"] == "paged":
@@ -670,8 +601,8 @@ def test_approvals_over_websocket(hotloop: RunningServer, mcp_server: McpServers
         answer = {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}
         ws.create(model="hotloop-sim", input=[answer], tools=tools, store=False, previous_response_id=asked["id"])
         frames = ws.collect()
-    check_mcp_sequence(frames)
-    call = items(frames[-1]["response"], "mcp_call")[0]
+    check_mcp_stream(frames)
+    call = of_type(frames[-1]["response"], "mcp_call")[0]
     assert call["approval_request_id"] == request["id"] and call["status"] == "completed"
 
 
@@ -688,6 +619,6 @@ def test_a_server_configured_by_label(tmp_path: Path, mcp_servers: McpServers) -
             refused = client.post("/responses", json={"input": "x", "tools": [named]})
     finally:
         running.stop()
-    assert [call["status"] for call in items(response, "mcp_call")] == ["completed", "completed"]
+    assert [call["status"] for call in of_type(response, "mcp_call")] == ["completed", "completed"]
     assert servers.counts.header_values("x-team-key") == {SECRET} and SECRET not in json.dumps(response)
     error_of(refused, 400, "mcp_server_not_allowed", "tools[0].server_url")
