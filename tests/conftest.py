@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import openai
@@ -14,6 +14,9 @@ from hotloop.config import Settings
 from hotloop.pipeline.service import Service
 from hotloop.transports.app import build_service
 from hotloop.transports.server import ThreadedServer
+
+if TYPE_CHECKING:
+    from mcp_support import McpServers
 
 FAST_SIM = {"sim_ttft_ms": 0.0, "sim_tps": 50_000.0}
 
@@ -93,6 +96,21 @@ async def sim_service(tmp_path: Path) -> AsyncIterator[Service]:
     built.start()
     yield built
     await built.close()
+
+
+@pytest.fixture(scope="session")
+def mcp_servers() -> Iterator[McpServers]:
+    """Real MCP servers from the `mcp` SDK on loopback (mcp_support.py), started once for the MCP tests."""
+    from mcp_support import serving  # imported here: the rest of the suite never loads the MCP SDK
+
+    with serving() as servers:
+        yield servers
+
+
+@pytest.fixture
+def mcp_server(mcp_servers: McpServers) -> McpServers:
+    """The MCP servers with their counts and arrangements reset for one test."""
+    return mcp_servers.reset()
 
 
 @pytest.fixture

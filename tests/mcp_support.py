@@ -11,16 +11,8 @@ behind a recorder that counts what arrives (`Counts`: HTTP requests, JSON-RPC me
 requests still open, the headers sent, the sleep tool's runs) and does what a test arranges: a redirect, an error
 status, forgetting every session so far (a restarted server).
 
-In a test module (as test_mcp_client.py does):
-
-    @pytest.fixture(scope="module")
-    def mcp_servers() -> Iterator[McpServers]:
-        with serving() as servers:
-            yield servers
-
-    @pytest.fixture
-    def mcp_server(mcp_servers: McpServers) -> McpServers:
-        return mcp_servers.reset()  # counts and arrangements start from nothing in each test
+conftest.py's fixtures: `mcp_servers` (the servers, started once per run) and `mcp_server` (the same, its counts
+and arrangements reset for the test):
 
     async def test_listing(mcp_server: McpServers) -> None:
         tools = await clients.list_tools("me", Endpoint(mcp_server.url("/mcp")))

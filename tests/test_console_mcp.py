@@ -14,15 +14,9 @@ import pytest
 
 from cdp import Browser, ensure_chromium
 from conftest import RunningServer, start_server
-from mcp_support import McpServers, approved, mcp_tool, serving
+from mcp_support import McpServers, approved, mcp_tool
 
 SLEEP_S = 1.5  # long enough for the page's 1 s poll to see the call running
-
-
-@pytest.fixture(scope="module")
-def mcp_servers() -> Iterator[McpServers]:
-    with serving() as servers:
-        yield servers
 
 
 @pytest.fixture(scope="module")

@@ -8,30 +8,19 @@ import asyncio
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 
 import msgspec
 import pytest
 
 from hotloop.mcp import Clients, Endpoint, ListFailed, NotAllowed
-from mcp_support import PAGED_TOOLS, TOOLS, McpServers, serving
+from mcp_support import PAGED_TOOLS, TOOLS, McpServers
 
 CAP = 1000  # max_output_bytes of the tests' clients
 
 
 def under(*prefixes: str) -> Callable[[str], bool]:
     return lambda url: url.startswith(prefixes)
-
-
-@pytest.fixture(scope="module")
-def mcp_servers() -> Iterator[McpServers]:
-    with serving() as servers:
-        yield servers
-
-
-@pytest.fixture
-def mcp_server(mcp_servers: McpServers) -> McpServers:
-    return mcp_servers.reset()
 
 
 @pytest.fixture

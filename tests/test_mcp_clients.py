@@ -37,7 +37,7 @@ from openai.types.responses.response_output_item import McpCall
 from conftest import RunningServer, start_server
 from hotloop.config import Upstream
 from http_support import parse_sse
-from mcp_support import LABEL, McpServers, check_mcp_stream, mcp_tool, of_type, serving
+from mcp_support import LABEL, McpServers, check_mcp_stream, mcp_tool, of_type
 from schema import check_response
 from simengine_support import READ_TIMEOUT_S, SimEngineProcess, agent_engine
 
@@ -47,17 +47,6 @@ SMOLLM2 = "smollm2-135m"
 
 
 # -- fixtures -----------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def mcp_servers() -> Iterator[McpServers]:
-    with serving() as servers:
-        yield servers
-
-
-@pytest.fixture
-def mcp_server(mcp_servers: McpServers) -> McpServers:
-    return mcp_servers.reset()
 
 
 @pytest.fixture(scope="module")

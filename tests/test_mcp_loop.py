@@ -24,24 +24,13 @@ from openai.types.responses import Response
 from conftest import RunningServer, start_server, stored_counts
 from hotloop.config import McpServer
 from http_support import error_of, parse_sse
-from mcp_support import PAGED_TOOLS, McpServers, approved, check_mcp_stream, mcp_tool, of_type, serving
+from mcp_support import PAGED_TOOLS, McpServers, approved, check_mcp_stream, mcp_tool, of_type
 from process_support import free_port
 from schema import check_response
 from wsutil import TERMINAL, WS
 
 SECRET = "s3cr3t-header-value"
 TOKEN = "s3cr3t-bearer-token"
-
-
-@pytest.fixture(scope="module")
-def mcp_servers() -> Iterator[McpServers]:
-    with serving() as servers:
-        yield servers
-
-
-@pytest.fixture
-def mcp_server(mcp_servers: McpServers) -> McpServers:
-    return mcp_servers.reset()
 
 
 @pytest.fixture(scope="module")
