@@ -4,6 +4,10 @@ with the calls and outputs appended to its prompt (pipeline/turn.py).
 
 A call never fails the response: a server that errs, answers late or too much is an `mcp_call` with an error (or
 a cut output) that the model reads. A steer stops the calls in flight; a cancelled turn cancels them.
+
+An output is third-party text, so the safety stage reads it before the model does, as it reads a client's tool
+outputs (docs/safety.md): a finding is recorded (`findings`, the response's `hotloop_safety_output` metadata), and
+an output its policy blocks is withheld: the call ends with an error saying so.
 """
 
 from __future__ import annotations
@@ -11,11 +15,16 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncGenerator
+from concurrent.futures import Executor
 from typing import Any
+
+import msgspec
 
 from hotloop.mcp import CallError, CallResult, Clients, Endpoint, NotAllowed
 from hotloop.observability.metrics import Metrics
 from hotloop.pipeline.mcp.recent import CallRecord, RecentCalls
+from hotloop.safety import SafetyStage
+from hotloop.safety.base import Finding
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
 from hotloop.wire.items import McpCall
@@ -27,6 +36,7 @@ NOT_RUN = CallError(
     type="mcp_protocol_error", code=REQUEST_CANCELLED, message="Not run: the response reached max_tool_calls."
 )
 STEERED = CallError(type="mcp_protocol_error", code=REQUEST_CANCELLED, message="Stopped: the response was steered.")
+WITHHELD = "The tool's output was withheld: this server's safety policy blocks what it found in it."
 
 
 class Calls:
@@ -40,6 +50,8 @@ class Calls:
         limit: int,
         metrics: Metrics,
         recent: RecentCalls,
+        safety: SafetyStage,
+        pool: Executor | None = None,
     ) -> None:
         self.clients = clients
         self.owner = owner
@@ -47,6 +59,9 @@ class Calls:
         self.limit = limit
         self.metrics = metrics
         self.recent = recent
+        self.safety = safety
+        self.pool = pool  # where the safety stage reads a long output, off the event loop
+        self.findings: list[tuple[int, Finding]] = []  # (output index, finding) of the outputs read so far
         self.made = 0
         self.slowest = 0.0  # the last step's slowest call, by its own time (the rest of the step is hotloop's)
 
@@ -72,7 +87,7 @@ class Calls:
             self.made += 1
             yield builder.mcp_call_running(index)
             record = self.recent.begin(item.id, item.server_label, item.name, self.owner)
-            running.append((index, asyncio.ensure_future(self._call(item)), record))
+            running.append((index, asyncio.ensure_future(self._screened(index, item)), record))
         steer = asyncio.ensure_future(steered.wait())
         self.slowest = 0.0
         try:
@@ -88,6 +103,17 @@ class Calls:
             for _, task, _ in running:
                 if task is not None:
                     task.cancel()
+
+    async def _screened(self, index: int, item: McpCall) -> CallResult:
+        result = await self._call(item)
+        if result.output is None:
+            return result
+        read = await self.safety.scan_async(None, [msgspec.structs.replace(item, output=result.output)], self.pool)
+        self.findings += [(index, finding) for finding in read.findings]
+        if read.verdict != "block":
+            return result
+        content = [{"type": "text", "text": WITHHELD}]
+        return CallResult(error=CallError(type="mcp_tool_execution_error", content=content), seconds=result.seconds)
 
     async def _call(self, item: McpCall) -> CallResult:
         try:

@@ -26,11 +26,20 @@ from hotloop.pipeline.mcp.calls import Calls
 from hotloop.pipeline.prepared import Prepared
 from hotloop.pipeline.prompt import render_prompt
 from hotloop.pipeline.service import Service
+from hotloop.safety.base import Finding
+from hotloop.safety.stage import SUMMARY_MAX
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
 from hotloop.wire.items import ContextItem, McpApprovalRequest, McpCall
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import Usage
+
+OUTPUT_SAFETY_KEY = "hotloop_safety_output"  # what the safety stage found in the MCP outputs (docs/safety.md)
+
+
+def output_summary(findings: list[tuple[int, Finding]]) -> str:
+    """The `hotloop_safety_output` value: `classifier:rule@i` per finding, `i` the call's index in the output."""
+    return "; ".join(f"{finding.classifier}:{finding.rule}@{index}" for index, finding in findings)[:SUMMARY_MAX]
 
 
 @dataclass(slots=True)
@@ -57,7 +66,16 @@ class Steps:
         assert mcp is not None
         limit = prepared.request.max_tool_calls
         bound = service.settings.mcp_max_calls if limit is None else limit
-        calls = Calls(service.mcp, owner, mcp.endpoints, bound, service.metrics, service.mcp_calls)
+        calls = Calls(
+            service.mcp,
+            owner,
+            mcp.endpoints,
+            bound,
+            service.metrics,
+            service.mcp_calls,
+            service.safety,
+            service.tokenize_pool,
+        )
         # A chat API's engine reads items: the prompt's own (compacted, expanded); a token model's harmony reads
         # the context for the names of calls answered later.
         context = list(prepared.generation.items or mcp.context)
@@ -118,6 +136,8 @@ class Steps:
                 break
         self.timings.add("mcp_step", self.overhead_s)
         self.timings.add("mcp_call", self.calls_s)
+        if self.calls.findings:
+            builder.response.metadata[OUTPUT_SAFETY_KEY] = output_summary(self.calls.findings)
 
     def _count_model_time(self, generation: Generation) -> None:
         """A later step's generation runs on a clock of its own: its model time joins the turn's."""
