@@ -82,6 +82,53 @@ def test_a_long_session_past_the_window(tmp_path: Path, capsys: pytest.CaptureFi
     assert "compacting ms" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("json_response", [False, True], ids=["event-streams", "json-bodies"])
+def test_agent_loop_in_the_server_over_mcp(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], json_response: bool
+) -> None:
+    """`--mcp`: the same rollout with the tool as an MCP server hotloop calls inside one response, beside the
+    client-run ws loop; the server really ran every call, listed its tools once, and the contexts match."""
+    out = tmp_path / "mcp.json"
+    argv = ["bench", "agent-loop", "--turns", "4", "--context-tokens", "3000", "--tps", "5000", "--ttft-ms", "2"]
+    argv += ["--tool-ms", "5", "--runs", "2", "--modes", "ws", "--mcp", "--json", str(out)]
+    assert main(argv + ["--mcp-json-response"] * json_response) == 0
+    result = json.loads(out.read_text())
+    assert list(result["modes"]) == ["ws", "mcp"] and result["config"]["mcp"] is True
+    ws, mcp = result["modes"]["ws"], result["modes"]["mcp"]
+    assert len(mcp["runs"]) == 2
+    for run, client_run in zip(mcp["runs"], ws["runs"], strict=True):
+        measured = run["mcp"]
+        # three steps: three calls that reached the MCP server and ran its tool, inside one response
+        assert measured["steps"] == 3 and measured["server_calls"] == 3 and measured["generations"] == 4
+        assert run["turns"][0]["tool_ms"] >= 3 * 5
+        assert run["e2e_ms"] >= run["physical_ms"] > 3 * 5
+        assert measured["tools_list_requests"] == 1  # the continuation reused the chain's list
+        if json_response:  # a JSON body is read to its end: the SDK client keeps its connection
+            assert measured["tcp_connections"] <= 2
+        assert 0 <= measured["list_cached_ms"] < measured["list_first_ms"]
+        assert measured["server_tool_ms"] <= measured["server_request_ms"] <= measured["mcp_call_ms"]
+        assert measured["hotloop_per_step_ms"] == pytest.approx(
+            measured["extension_per_step_ms"] + measured["dispatch_per_step_ms"]
+        )
+        timings = run["turns"][0]["timings"]
+        assert {"mcp_list", "mcp_step", "mcp_call"} <= set(timings)
+        # the MCP server returned the ws rollout's tool outputs: the context after the loop is about the ws one's
+        last = client_run["turns"][-1]
+        assert abs(measured["context_after_tokens"] - last["context_tokens"]) < 0.1 * last["context_tokens"]
+    median = mcp["median"]
+    assert median["turns_completed"] == 4 and median["e2e_over_physical"] >= 1
+    assert {"e2e mcp/ws", "e2e mcp/physical", "e2e ws/physical"} <= set(result["ratios"])
+    table = capsys.readouterr().out
+    assert "loop in the server" in table and "prompt extension" in table
+
+
+def test_mcp_needs_a_ws_rollout(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "agent-loop", "--modes", "http-full", "--mcp", "--quiet"]) == 1
+    assert "--modes must include ws" in capsys.readouterr().err
+    assert main(["bench", "agent-loop", "--modes", "ws", "--mcp-json-response", "--quiet"]) == 1
+    assert "an option of --mcp" in capsys.readouterr().err
+
+
 def test_overhead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, plot = tmp_path / "overhead.json", tmp_path / "overhead.png"
     argv = ["bench", "overhead", "--context-tokens", "500,3000", "--samples", "3", "--quiet"]
@@ -131,7 +178,8 @@ def test_help_documents_every_option(scenario: str, capsys: pytest.CaptureFixtur
     assert exited.value.code == 0
     text = capsys.readouterr().out
     options = ["--modes", "--json", "--plot", "--base-url", "--api-key", "--quiet", "--context-tokens"]
-    options += ["--turns", "--tps", "--ttft-ms", "--tool-ms", "--runs"] if scenario == "agent-loop" else ["--samples"]
+    loop = ["--turns", "--tps", "--ttft-ms", "--tool-ms", "--runs", "--mcp"]
+    options += loop if scenario == "agent-loop" else ["--samples"]
     for option in options:
         assert option in text, option
 

@@ -122,5 +122,6 @@ def test_what_counts_as_a_shell_tool() -> None:
     assert command_field(spec({"command": {"type": "integer"}})) is None
     assert command_field(spec({"commands": {"type": "array", "items": {"type": "object"}}})) is None
     assert command_field(spec({"script": {"type": "string"}})) is None
+    assert command_field(spec({"command": {"type": "string"}}, kind="mcp")) == "command"  # an MCP server's shell
     assert command_field(ToolSpec(name="shell", kind="custom")) is None
     assert command_field(ToolSpec(name="shell")) is None

@@ -6,13 +6,16 @@ import asyncio
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hotloop.bench.chars import chars_per_token
 from hotloop.bench.clients import BenchError, ModeClient, open_client
 from hotloop.bench.progress import Progress
 from hotloop.bench.scenario import INSTRUCTIONS, MODEL, TOOLS, USER_TASK, Rollout, sim_metadata, user_message
 from hotloop.bench.stats import median, ratio
+
+if TYPE_CHECKING:
+    from hotloop.bench.mcp_tools import McpToolProcess
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,10 @@ class AgentLoopConfig:
     # A real model's sampling: a small model at temperature 1 can ramble inside a forced call until its budget ends.
     temperature: float | None = None
     max_output_tokens: int | None = None
+    # --mcp: the tool also runs as an MCP server that hotloop calls itself, every step inside one response (mode
+    # `mcp`, after `ws`, whose tool outputs it returns).
+    mcp: bool = False
+    mcp_json_response: bool = False  # the MCP server answers with JSON bodies, not event streams
 
 
 @dataclass
@@ -56,6 +63,7 @@ class TurnRecord:
     timings: dict[str, Any] | None = None  # the server's `hotloop:timing_metrics` event, as sent
     cached_tokens: int = 0  # prompt tokens the engine found in its prefix cache
     compacted: bool = False  # the turn compacted its context first (its output opens with a compaction item)
+    output_chars: int = 0  # the size of the tool output that answered this turn's call (0 on the last turn)
 
 
 @dataclass
@@ -65,6 +73,7 @@ class RunRecord:
     e2e_ms: float
     physical_ms: float  # model time + nominal tool time: the floor
     turns: list[TurnRecord] = field(default_factory=list)
+    mcp: dict[str, Any] | None = None  # mode `mcp`: the loop's steps as hotloop and the MCP server measured them
 
 
 def model_ms(ttft_ms: float, tps: float, output_tokens: int) -> float:
@@ -149,6 +158,7 @@ async def run_rollout(
         tool_start = time.perf_counter()  # the tool's time includes producing its output
         chars = rollout.output_chars(turn, first_context, result.input_tokens, result.output_tokens)
         items = [rollout.tool_output(turn, calls[0]["call_id"], chars)]
+        entry.output_chars = chars
         deadline = tool_start + config.tool_ms / 1000.0
         while (remaining := deadline - time.perf_counter()) > 0:  # uvloop's ms timers may wake a little early
             await asyncio.sleep(remaining)
@@ -159,10 +169,17 @@ async def run_rollout(
 
 
 async def run_agent_loop(
-    base_url: str, config: AgentLoopConfig, api_key: str | None = None, progress: Progress | None = None
+    base_url: str,
+    config: AgentLoopConfig,
+    api_key: str | None = None,
+    progress: Progress | None = None,
+    mcp_server: McpToolProcess | None = None,
 ) -> dict[str, Any]:
-    """All runs of all modes (interleaved run by run, so drift hits every mode alike); the JSON-ready result."""
+    """All runs of all modes (interleaved run by run, so drift hits every mode alike); the JSON-ready result.
+    Mode `mcp` (bench/mcp_loop.py) needs `mcp_server` and comes after `ws`, whose tool outputs it returns."""
     progress = progress or Progress(enabled=False)
+    if "mcp" in config.modes and (mcp_server is None or "ws" not in config.modes[: config.modes.index("mcp")]):
+        raise BenchError("mode mcp needs the MCP tool server and a ws rollout before it (its tool outputs)")
     cpt = await chars_per_token(base_url, api_key, config.model)
     fixed = config.compact_threshold is not None
     rollout = Rollout(turns=config.turns, context_tokens=config.context_tokens, chars_per_token=cpt, fixed=fixed)
@@ -170,20 +187,27 @@ async def run_agent_loop(
     if config.warmup:
         # The measured runs' model, upstream and tool_choice (a real model answers in text under `auto`).
         warm = replace(config, turns=2, context_tokens=500, tool_ms=0.0, ttft_ms=0.0, runs=1)
+        warm_rollout = Rollout(turns=2, context_tokens=500, chars_per_token=cpt)
+        warm_runs: list[RunRecord] = []
         for mode in config.modes:
-            client = await open_client(mode, base_url, request_fields(warm), api_key)
-            try:
-                await run_rollout(client, Rollout(turns=2, context_tokens=500, chars_per_token=cpt), warm, 0, progress)
-            finally:
-                await client.close()
+            warm_runs.append(
+                await _one_run(
+                    mode,
+                    base_url,
+                    warm,
+                    request_fields(warm),
+                    warm_rollout,
+                    0,
+                    warm_runs,
+                    progress,
+                    api_key,
+                    mcp_server,
+                )
+            )
     runs: list[RunRecord] = []
     for run in range(config.runs):
         for mode in config.modes:
-            client = await open_client(mode, base_url, fields, api_key)
-            try:
-                record = await run_rollout(client, rollout, config, run, progress)
-            finally:
-                await client.close()
+            record = await _one_run(mode, base_url, config, fields, rollout, run, runs, progress, api_key, mcp_server)
             runs.append(record)
             progress.update(
                 f"agent-loop run {run + 1}/{config.runs} {mode:<10} e2e {record.e2e_ms / 1000:.2f} s "
@@ -192,6 +216,32 @@ async def run_agent_loop(
             )
     progress.done()
     return summarize(config, cpt, runs)
+
+
+async def _one_run(
+    mode: str,
+    base_url: str,
+    config: AgentLoopConfig,
+    fields: dict[str, Any],
+    rollout: Rollout,
+    run: int,
+    earlier: list[RunRecord],
+    progress: Progress,
+    api_key: str | None,
+    mcp_server: McpToolProcess | None,
+) -> RunRecord:
+    if mode == "mcp":
+        from hotloop.bench.mcp_loop import run_mcp_rollout
+
+        assert mcp_server is not None
+        ws = next(r for r in reversed(earlier) if r.mode == "ws" and r.run == run)  # this run's client-run rollout
+        sizes = [t.output_chars for t in ws.turns[:-1]]
+        return await run_mcp_rollout(base_url, mcp_server, rollout, config, sizes, run, progress, api_key)
+    client = await open_client(mode, base_url, fields, api_key)
+    try:
+        return await run_rollout(client, rollout, config, run, progress)
+    finally:
+        await client.close()
 
 
 def _long_session(runs: list[RunRecord]) -> dict[str, Any]:
@@ -217,6 +267,11 @@ def summarize(config: AgentLoopConfig, cpt: float, runs: list[RunRecord]) -> dic
     modes: dict[str, Any] = {}
     for mode in config.modes:
         mine = [r for r in runs if r.mode == mode]
+        if mode == "mcp":
+            from hotloop.bench.mcp_loop import mcp_summary
+
+            modes[mode] = mcp_summary(config, mine)
+            continue
         turns = min(len(r.turns) for r in mine)
         per_turn = []
         for index in range(turns):
@@ -246,6 +301,7 @@ def summarize(config: AgentLoopConfig, cpt: float, runs: list[RunRecord]) -> dic
                 "physical_ms": physical,
                 "e2e_over_physical": ratio(e2e, physical),
                 "excess_ms": e2e - physical,
+                "excess_per_step_ms": (e2e - physical) / max(1, turns - 1),
                 "turns_completed": min(len(r.turns) for r in mine),
                 "ttft_ms": median(t.ttft_ms for t in all_turns if t.ttft_ms is not None),
                 "overhead_ms": median(t.overhead_ms for t in all_turns),
@@ -262,6 +318,8 @@ def summarize(config: AgentLoopConfig, cpt: float, runs: list[RunRecord]) -> dic
             ws, them = modes["ws"]["median"], modes[other]["median"]
             ratios[f"e2e ws/{other}"] = ratio(ws["e2e_ms"], them["e2e_ms"])
             ratios[f"overhead ws/{other}"] = ratio(ws["overhead_ms"], them["overhead_ms"])
+    if "mcp" in modes and "ws" in modes:
+        ratios["e2e mcp/ws"] = ratio(modes["mcp"]["median"]["e2e_ms"], modes["ws"]["median"]["e2e_ms"])
     for mode, data in modes.items():
         ratios[f"e2e {mode}/physical"] = data["median"]["e2e_over_physical"]
     return {

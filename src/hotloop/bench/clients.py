@@ -17,7 +17,12 @@ TIMING_HEADER = "x-responsesapi-include-timing-metrics"
 TIMING_EVENT = "hotloop:timing_metrics"
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 FIRST_OUTPUT = frozenset(
-    {"response.output_text.delta", "response.function_call_arguments.delta", "response.custom_tool_call_input.delta"}
+    {
+        "response.output_text.delta",
+        "response.function_call_arguments.delta",
+        "response.custom_tool_call_input.delta",
+        "response.mcp_call_arguments.delta",
+    }
 )
 
 _decode = msgspec.json.Decoder().decode
@@ -34,7 +39,7 @@ class TurnResult:
 
     response_id: str
     status: str
-    ttft_s: float | None  # to the first output delta (text, call arguments or custom input)
+    ttft_s: float | None  # to the first output delta (text, call arguments, MCP call arguments or custom input)
     turn_s: float  # to the terminal event
     input_tokens: int
     output_tokens: int

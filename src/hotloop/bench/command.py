@@ -16,6 +16,7 @@ from hotloop.bench.scenario import HISTORY_SHAPES
 from hotloop.config import Upstream, available_cores
 
 if TYPE_CHECKING:
+    from hotloop.bench.agent_loop import AgentLoopConfig
     from hotloop.bench.load_config import LoadConfig
     from hotloop.bench.progress import Progress
     from hotloop.bench.recording import Recording
@@ -139,6 +140,20 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="a reasoning model: tokens of thinking before each call and the answer (model time, in output_tokens)",
     )
     loop.add_argument("--runs", type=_positive(int), default=3, help="rollouts per mode (medians are reported)")
+    loop.add_argument(
+        "--mcp",
+        action="store_true",
+        help="also run the loop inside the server (mode mcp, after ws, which --modes must hold): the tool is an MCP "
+        "server (the mcp SDK, streamable HTTP on 127.0.0.1, its own process) sleeping --tool-ms and returning the "
+        "ws rollout's tool outputs; one create calls it turns-1 times inside its response. Reports both against "
+        "the physical limit and hotloop's own time per MCP step (prompt extension, call dispatch, the list cached)",
+    )
+    loop.add_argument(
+        "--mcp-json-response",
+        action="store_true",
+        help="with --mcp: the MCP server answers each request with a JSON body, not an event stream (the SDK "
+        "client then keeps its connection; with event streams it opens one per request)",
+    )
     _upstream_arguments(loop)
     _common(loop)
     over = scenarios.add_parser(
@@ -311,11 +326,18 @@ def run_bench(args: argparse.Namespace) -> int:
                 ttft_ms=args.ttft_ms,
                 reasoning_tokens=args.reasoning_tokens,
                 compact_threshold=args.compact_threshold,
-                modes=args.modes,
+                modes=(*args.modes, "mcp") if args.mcp else args.modes,
                 runs=args.runs,
+                mcp=args.mcp,
+                mcp_json_response=args.mcp_json_response,
                 **_upstream_config(args),
             )
-            result = _with_server(args, lambda url: run_agent_loop(url, config, args.api_key, progress))
+            if args.mcp_json_response and not args.mcp:
+                raise BenchError("--mcp-json-response is an option of --mcp")
+            if args.mcp:
+                result = _with_mcp_server(args, config, progress)
+            else:
+                result = _with_server(args, lambda url: run_agent_loop(url, config, args.api_key, progress))
             print(report.agent_loop_table(result))
             if args.plot:
                 report.plot_agent_loop(result, args.plot)
@@ -449,6 +471,24 @@ def _with_server(
 
     with InProcessServer(upstream=_upstream(args), context_window=getattr(args, "context_window", None)) as server:
         return _run(scenario(server.base_url))
+
+
+def _with_mcp_server(args: argparse.Namespace, config: AgentLoopConfig, progress: Progress) -> dict[str, Any]:
+    """`--mcp`: the MCP tool server in its own process, and hotloop (in-process, hotloop-sim) allowed to call it."""
+    from hotloop.bench.agent_loop import run_agent_loop
+    from hotloop.bench.mcp_tools import McpToolProcess
+    from hotloop.bench.server import InProcessServer
+
+    if args.base_url or args.upstream or args.compact_threshold is not None:
+        raise BenchError(
+            "--mcp runs its own hotloop on hotloop-sim: not with --base-url, --upstream or --compact-threshold"
+        )
+    if "ws" not in args.modes:
+        raise BenchError("--mcp returns the ws rollout's tool outputs: --modes must include ws")
+    with McpToolProcess(config.tool_ms, json_response=args.mcp_json_response) as tools:
+        context_window = getattr(args, "context_window", None)
+        with InProcessServer(context_window=context_window, mcp_allowed_urls=[tools.url]) as server:
+            return _run(run_agent_loop(server.base_url, config, None, progress, tools))
 
 
 def _upstream(args: argparse.Namespace) -> Upstream | None:

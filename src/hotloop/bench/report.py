@@ -97,9 +97,9 @@ def agent_loop_table(result: dict[str, Any]) -> str:
                 _fmt(m["e2e_over_physical"], 3),
                 str(m["turns_completed"]),
                 _fmt(m["ttft_ms"], 2),
-                _fmt(m["overhead_ms"], 2),
-                _fmt(m["overhead_first_turn_ms"], 2),
-                _fmt(m["overhead_last_turn_ms"], 2),
+                _fmt(m.get("overhead_ms"), 2),
+                _fmt(m.get("overhead_first_turn_ms"), 2),
+                _fmt(m.get("overhead_last_turn_ms"), 2),
                 str(m["context_last_turn_tokens"]),
             ]
         )
@@ -109,7 +109,7 @@ def agent_loop_table(result: dict[str, Any]) -> str:
         model = "(the engine's own time where it reports one, else uncached input x prefill + (output_tokens-1)/tps)"
     legend = f"overhead = turn time seen by the client - model time {model}; first/last: at the first/last turn"
     text = f"{head}\n{_table(header, rows)}\n{legend}\nratios (medians):\n{ratios}"
-    text += _compaction_table(result)
+    text += _compaction_table(result) + _mcp_table(result)
     return text + ("\n" + cached_table(result) if upstream else "")
 
 
@@ -135,6 +135,35 @@ def _compaction_table(result: dict[str, Any]) -> str:
         return ""
     header = ["mode", "compactions", "compacting ms", "other ms", "cached after", "ctx max"]
     return "\ncompaction (overhead per turn, medians):\n" + _table(header, rows)
+
+
+def _mcp_table(result: dict[str, Any]) -> str:
+    """`--mcp`: the loop in the server beside the client-run one, and hotloop's time per MCP step."""
+    modes = result["modes"]
+    if "mcp" not in modes:
+        return ""
+    m = modes["mcp"]["median"]
+    mcp = m["mcp"]
+    rows = [
+        [mode, _fmt(modes[mode]["median"]["excess_ms"], 1), _fmt(modes[mode]["median"]["excess_per_step_ms"], 2)]
+        for mode in modes
+    ]
+    lines = [
+        f"\nloop in the server (mcp: {int(mcp['steps'])} MCP calls inside one response, {int(mcp['generations'])} "
+        "generations) beside the client-run loops; excess = e2e - limit:",
+        _table(["mode", "excess ms", "per step ms"], rows),
+        "hotloop's own time per MCP step (medians, ms; from hotloop:timing_metrics and the MCP server's clock):",
+        f"  prompt extension (mcp_step)                    {_fmt(mcp['extension_per_step_ms'], 3)}",
+        f"  call dispatch beyond the MCP server's request  {_fmt(mcp['dispatch_per_step_ms'], 3)}",
+        f"  = hotloop per step                             {_fmt(mcp['hotloop_per_step_ms'], 3)}",
+        f"  MCP server SDK per call (request - tool)       {_fmt(mcp['server_sdk_per_call_ms'], 3)}",
+        f"  all beyond the tool's own time per step        {_fmt(mcp['beyond_tool_per_step_ms'], 3)}",
+        f"  tool list: first create {_fmt(mcp['list_first_ms'], 3)}, cached (a continuation) "
+        f"{_fmt(mcp['list_cached_ms'], 3)}; tools/list requests per run {_fmt(mcp['tools_list_requests'], 0)}",
+        f"  MCP server answers with {'JSON bodies' if result['config'].get('mcp_json_response') else 'event streams'}"
+        f"; TCP connections per run {_fmt(mcp['tcp_connections'], 0)}",
+    ]
+    return "\n".join(lines)
 
 
 def cached_table(result: dict[str, Any]) -> str:

@@ -1,5 +1,6 @@
 """The benchmark's own server: hotloop in a thread on 127.0.0.1 (a free port), a temporary data directory, and
-hotloop-sim only, or one upstream model (`hotloop bench agent-loop --upstream`); a context manager."""
+hotloop-sim only, or one upstream model (`hotloop bench agent-loop --upstream`), and the MCP servers a request
+may name (`--mcp`: the bench's own); a context manager."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ UPSTREAM_MODEL = "upstream"
 
 class InProcessServer:
     def __init__(
-        self, log_level: str = "warning", upstream: Upstream | None = None, context_window: int | None = None
+        self,
+        log_level: str = "warning",
+        upstream: Upstream | None = None,
+        context_window: int | None = None,
+        mcp_allowed_urls: list[str] | None = None,
     ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="hotloop-bench-")
         model = "hotloop-sim" if upstream is None else UPSTREAM_MODEL
@@ -29,6 +34,7 @@ class InProcessServer:
             port=0,
             log_level=log_level,
             ws_ping_interval_s=0,  # no pings in the middle of a measurement
+            mcp_allowed_urls=list(mcp_allowed_urls or ()),
         )
         if context_window:
             settings = msgspec.structs.replace(settings, sim_context_window=context_window)

@@ -17,8 +17,9 @@ _WORKDIR_FIELDS = ("workdir", "cwd", "working_directory")
 
 
 def command_field(spec: ToolSpec) -> str | None:
-    """The property that makes a function tool shell-like (a string or an array of strings named as a command)."""
-    properties = (spec.parameters or {}).get("properties") if spec.kind == "function" else None
+    """The property that makes a function tool, or an MCP server's tool, shell-like (a string or an array of strings
+    named as a command)."""
+    properties = (spec.parameters or {}).get("properties") if spec.kind in ("function", "mcp") else None
     if not isinstance(properties, dict):
         return None
     for name in COMMAND_FIELDS:
