@@ -643,3 +643,35 @@ def test_a_blocked_mcp_output_is_withheld_from_the_model(tmp_path: Path, mcp_ser
     assert call["status"] == "failed" and call.get("output") is None
     assert call["error"]["type"] == "mcp_tool_execution_error" and "withheld" in call["error"]["content"][0]["text"]
     assert all(item.get("output") != INJECTION for item in response["output"]) and response["status"] == "completed"
+
+
+def test_a_chain_loaded_from_the_store_reads_its_list_from_the_context(tmp_path: Path, mcp_servers: McpServers) -> None:
+    servers = mcp_servers.reset()
+    running = start_server(
+        tmp_path, models=["hotloop-sim"], mcp_allowed_urls=[servers.base + "/"], chain_cache_entries=0
+    )
+    try:
+        with running.http() as client:
+            tools = [mcp_tool(servers)]
+            first = create(client, input="One.", tools=tools)
+            second = create(client, input="Two.", tools=tools, previous_response_id=first["id"])
+            conversation = client.post("/conversations", json={}).json()["id"]
+            third = create(client, input="Three.", tools=tools, conversation=conversation)
+            fourth = create(client, input="Four.", tools=tools, conversation=conversation)
+    finally:
+        running.stop()
+    assert of_type(second, "mcp_list_tools") == [] and of_type(second, "message")
+    assert of_type(third, "mcp_list_tools") and of_type(fourth, "mcp_list_tools") == []
+    assert servers.counts.method("tools/list") == 2  # the chain's first turn and the conversation's
+
+
+def test_a_turn_that_compacts_then_runs_its_tools(http: httpx.Client, mcp_server: McpServers) -> None:
+    tools = [mcp_tool(mcp_server)]
+    long = " ".join(f"word{i}" for i in range(3000))  # past the threshold below
+    management = [{"type": "compaction", "compact_threshold": 1000}]
+    first = create(http, input=long, tools=tools, context_management=management)
+    kinds = [item["type"] for item in first["output"]]
+    assert kinds[:2] == ["compaction", "mcp_list_tools"] and kinds.count("mcp_call") == 2 and kinds[-1] == "message"
+    second = create(http, input="Go on.", tools=tools, previous_response_id=first["id"])
+    assert of_type(second, "mcp_list_tools") == [] and of_type(second, "message")
+    assert mcp_server.counts.method("tools/list") == 1
