@@ -675,3 +675,11 @@ def test_a_turn_that_compacts_then_runs_its_tools(http: httpx.Client, mcp_server
     second = create(http, input="Go on.", tools=tools, previous_response_id=first["id"])
     assert of_type(second, "mcp_list_tools") == [] and of_type(second, "message")
     assert mcp_server.counts.method("tools/list") == 1
+
+
+def test_an_approved_call_of_a_tool_not_offered_is_not_run(http: httpx.Client, mcp_server: McpServers) -> None:
+    tools = [mcp_tool(mcp_server, allowed_tools=["echo"], require_approval="always")]
+    response = create(http, input=approved([("add", {"a": 1, "b": 2})]), tools=tools, store=False)
+    call = of_type(response, "mcp_call")[0]
+    assert call["status"] == "failed" and "allowed_tools" in call["error"]["message"]
+    assert mcp_server.counts.method("tools/call") == 0

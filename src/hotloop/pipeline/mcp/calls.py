@@ -51,6 +51,7 @@ class Calls:
         metrics: Metrics,
         recent: RecentCalls,
         safety: SafetyStage,
+        offered: frozenset[tuple[str, str]],
         pool: Executor | None = None,
     ) -> None:
         self.clients = clients
@@ -60,6 +61,7 @@ class Calls:
         self.metrics = metrics
         self.recent = recent
         self.safety = safety
+        self.offered = offered  # (server label, tool) of the MCP tools the request offers
         self.pool = pool  # where the safety stage reads a long output, off the event loop
         self.findings: list[tuple[int, Finding]] = []  # (output index, finding) of the outputs read so far
         self.made = 0
@@ -131,6 +133,9 @@ class Calls:
         endpoint = self.endpoints.get(item.server_label)
         if endpoint is None:  # a call to a server this request does not declare (a resent item's)
             message = f"No MCP server '{item.server_label}' in this request's tools."
+            return CallResult(error=CallError(type="mcp_protocol_error", code=INVALID_PARAMS, message=message))
+        if (item.server_label, item.name) not in self.offered:  # a resent approval of a tool `allowed_tools` leaves out
+            message = f"The tool '{item.name}' is not offered by this request's tools (allowed_tools)."
             return CallResult(error=CallError(type="mcp_protocol_error", code=INVALID_PARAMS, message=message))
         try:
             return await self.clients.call_tool(self.owner, endpoint, item.name, arguments)

@@ -74,6 +74,7 @@ class Steps:
             service.metrics,
             service.mcp_calls,
             service.safety,
+            frozenset((spec.namespace or "", spec.name) for spec in prepared.tools.specs if spec.kind == "mcp"),
             service.tokenize_pool,
         )
         # A chat API's engine reads items: the prompt's own (compacted, expanded); a token model's harmony reads
