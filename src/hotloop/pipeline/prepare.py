@@ -61,9 +61,10 @@ async def start_turn(
         approved = approved_calls(prior.context, fresh)
     mcp: McpTurn | None = None
     if tools.mcp or approved:
+        context = _context(inputs)
         with timings.stage("mcp_list"):  # the tools of MCP servers not listed in the chain (listing.py)
-            tools, listed = await offer(service.mcp, service.metrics, session.owner, tools, where, _context(inputs))
-        mcp = McpTurn(where, listed, approved, _context(inputs) if model.style.tokens else ())
+            tools, listed = await offer(service.mcp, service.metrics, session.owner, tools, where, context)
+        mcp = McpTurn(where, listed, approved, context if model.style.tokens else ())
     with timings.stage("validate"):
         choice = resolve_tool_choice(request.tool_choice, tools)
     # Rendered before the safety scan: a prompt too long for the window is refused from its length (`token_floor`)

@@ -70,9 +70,9 @@ async def _list(clients: Clients, owner: str, declared: Declared, where: Endpoin
         tools = await clients.list_tools(owner, where)
     except (ListFailed, NotAllowed) as exc:
         raise McpListFailed(declared.label, str(exc)) from None
-    # The item lists what the request allows (OpenAI's `allowed_tools` "imports" only those).
-    offered = [_item_tool(tool) for tool in tools if declared.offered(tool)]
-    return McpListTools(id=new_id("mcpl"), server_label=declared.label, tools=offered)
+    # The item lists the whole catalogue: a later request may allow other tools and still read its list from here
+    # (`allowed_tools` filters what is offered: `_offered`).
+    return McpListTools(id=new_id("mcpl"), server_label=declared.label, tools=[_item_tool(tool) for tool in tools])
 
 
 def _item_tool(tool: ListedTool) -> McpListedTool:
