@@ -38,7 +38,7 @@ def hotloop(tmp_path_factory: pytest.TempPathFactory, mcp_servers: McpServers) -
     running = start_server(
         tmp_path_factory.mktemp("mcp"),
         models=["hotloop-sim"],
-        api_keys=["test-key", "key-one", "key-two"],
+        api_keys=["test-key", "key-one", "key-two", "key-warm"],
         mcp_allowed_urls=[mcp_servers.base + "/"],
         mcp_call_timeout_s=1.0,
         mcp_max_output_bytes=2000,
@@ -692,3 +692,27 @@ def test_an_approved_call_of_a_tool_not_offered_is_not_run(http: httpx.Client, m
     call = of_type(response, "mcp_call")[0]
     assert call["status"] == "failed" and "allowed_tools" in call["error"]["message"]
     assert mcp_server.counts.method("tools/call") == 0
+
+
+def test_a_turn_opens_its_mcp_sessions_before_the_model_calls(http: httpx.Client, mcp_server: McpServers) -> None:
+    """A stateless client whose list is in its history lists nothing, and the session is opened in the background
+    while the turn generates: the first call does not wait for the handshake."""
+    tools = [mcp_tool(mcp_server)]
+    listed = create(http, input="One.", tools=tools, store=False, metadata={"sim_tool_calls": "0"})
+    history = [{"role": "user", "content": "One."}, *listed["output"], {"role": "user", "content": "Two."}]
+    opened = mcp_server.counts.method("initialize")
+    headers = {"Authorization": "Bearer key-warm"}  # a key with no session open yet
+    reply = http.post(
+        "/responses",
+        headers=headers,
+        json={
+            "model": "hotloop-sim",
+            "input": history,
+            "tools": tools,
+            "store": False,
+            "metadata": {"sim_tool_calls": "0"},
+        },
+    )
+    assert reply.status_code == 200, reply.text
+    assert mcp_server.counts.method("tools/list") == 1 and mcp_server.counts.method("tools/call") == 0
+    assert wait_until(lambda: mcp_server.counts.method("initialize") == opened + 1)

@@ -87,6 +87,12 @@ class Clients:
         self._count(outcome)
         return outcome
 
+    def warm(self, owner: str, endpoint: Endpoint) -> None:
+        """Open the key's session now, in the background, if it is not open: a turn that may call the server
+        starts it while it renders and generates, so its first call does not wait for the handshake."""
+        if self.allowed(endpoint.url):
+            self._session((owner, endpoint))
+
     def sweep(self) -> None:
         """Close the sessions unused for `idle_s`, and those that ended; runs every `idle_s / 2` (at most 30 s)."""
         now = self._clock()

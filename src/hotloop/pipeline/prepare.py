@@ -65,6 +65,8 @@ async def start_turn(
         with timings.stage("mcp_list"):  # the tools of MCP servers not listed in the chain (listing.py)
             tools, listed = await offer(service.mcp, service.metrics, session.owner, tools, where, context)
         mcp = McpTurn(where, listed, approved, context if model.style.tokens else ())
+        for endpoint in where.values():  # opened while the turn renders and generates, before its first call
+            service.mcp.warm(session.owner, endpoint)
     with timings.stage("validate"):
         choice = resolve_tool_choice(request.tool_choice, tools)
     # Rendered before the safety scan: a prompt too long for the window is refused from its length (`token_floor`)
