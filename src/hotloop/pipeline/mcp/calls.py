@@ -65,7 +65,6 @@ class Calls:
         self.pool = pool  # where the safety stage reads a long output, off the event loop
         self.findings: list[tuple[int, Finding]] = []  # (output index, finding) of the outputs read so far
         self.made = 0
-        self.slowest = 0.0  # the last step's slowest call, by its own time (the rest of the step is hotloop's)
 
     @property
     def exhausted(self) -> bool:
@@ -91,11 +90,9 @@ class Calls:
             record = self.recent.begin(item.id, item.server_label, item.name, self.owner)
             running.append((index, asyncio.ensure_future(self._screened(index, item)), record))
         steer = asyncio.ensure_future(steered.wait())
-        self.slowest = 0.0
         try:
             for index, task, began in running:
                 result = await _result(task, steer)
-                self.slowest = max(self.slowest, result.seconds)
                 if began is not None:
                     self._count(result, began)
                 for event in _finished(builder, index, result):

@@ -56,8 +56,8 @@ class Steps:
     rendered_output: int  # how many of the output items `rendered` holds
     timings: StageTimings
     approved: list[McpCall]  # run first: this create answered their requests
-    overhead_s: float = 0.0  # hotloop's own time in the steps: dispatch and prompt extension
-    calls_s: float = 0.0  # the calls' time, the MCP servers' own included
+    overhead_s: float = 0.0  # hotloop's own time between the calls and the next generation: the prompt's extension
+    calls_s: float = 0.0  # the calls, from their dispatch to their items' end (the MCP servers' time included)
     outcome: Outcome | None = None  # how the steps ended, once `run` is done
 
     @classmethod
@@ -113,9 +113,7 @@ class Steps:
                 started = time.perf_counter()
                 async for event in self.calls.run(builder, pending, steered):
                     yield event
-                wall = time.perf_counter() - started
-                self.calls_s += wall
-                self.overhead_s += max(0.0, wall - self.calls.slowest)  # dispatching the calls, their events
+                self.calls_s += time.perf_counter() - started
                 if steered.is_set() or self.asked(builder):  # steered: the calls stopped; asked: the client answers
                     reason = "steered" if steered.is_set() else None
                     self.outcome = Outcome(status="incomplete" if reason else "completed", usage=usage, reason=reason)
