@@ -14,6 +14,8 @@ import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from hotloop.bench.agent_loop import AgentLoopConfig, RunRecord, TurnRecord, request_fields
 from hotloop.bench.clients import BenchError, open_client
 from hotloop.bench.mcp_tools import LABEL
@@ -38,8 +40,6 @@ def mcp_fields(config: AgentLoopConfig, url: str) -> dict[str, Any]:
 
 
 async def _control(server: McpToolProcess, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    import httpx
-
     async with httpx.AsyncClient(timeout=30) as http:
         reply = await http.request(method, server.control_url + path, json=body)
         reply.raise_for_status()

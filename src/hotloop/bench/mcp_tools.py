@@ -24,7 +24,12 @@ import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
+import anyio
+import uvicorn
+from mcp.server.mcpserver import MCPServer
 from pydantic import Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from hotloop.bench.scenario import tool_text
 from hotloop.bench.server_process import ChildServer
@@ -112,11 +117,6 @@ def _methods(body: bytes) -> list[str]:
 def build_app(tool_ms: float, json_response: bool = False) -> tuple[Any, ToolState]:
     """The MCP server's ASGI app (streamable HTTP at PATH, the bench's routes beside it) and its state; with
     `json_response`, each POST is answered with a JSON body instead of an event stream."""
-    import anyio
-    from mcp.server.mcpserver import MCPServer
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, PlainTextResponse, Response
-
     state = ToolState(tool_ms)
     server = MCPServer("hotloop-bench-tools", log_level="WARNING")
 
@@ -197,8 +197,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tool-ms", type=float, default=50.0, help="each call's time (ms)")
     parser.add_argument("--json-response", action="store_true", help="answer POSTs with JSON, not an event stream")
     args = parser.parse_args(argv)
-    import uvicorn
-
     app, _ = build_app(args.tool_ms, args.json_response)
     logging.basicConfig(level=logging.WARNING)
     uvicorn.run(
