@@ -149,6 +149,9 @@ def test_parallel_calls_keep_the_indexes_reserved_for_them() -> None:
     assert finished == [2, 1]
     added = [event["output_index"] for event in raw if event["type"] == "response.output_item.added"]
     assert added == [0, 1, 2, 3, 4]
+    # The function call ended while the calls before it had not run: its done waited for theirs (output order).
+    done = [event["output_index"] for event in raw if event["type"] == "response.output_item.done"]
+    assert done == [0, 1, 2, 3, 4]
 
 
 def test_a_tool_that_needs_approval_is_one_request_item() -> None:

@@ -244,8 +244,9 @@ class ResponseBuilder(McpBuilder):
             assert isinstance(item, CustomToolCall)
             out.append(self._emit(ev.CustomToolCallInputDone, item_id=item.id, output_index=index, input=text))
             done = msgspec.structs.replace(item, input=text, status=status)
-        out.append(self._emit(ev.OutputItemDone, output_index=index, item=done))
-        self.response.output.append(done)
+        ended = self._done(index, done)  # held while a call before it has not run (wire/mcp_builder.py)
+        if ended is not None:
+            out.append(ended)
         return out
 
     def _reasoning_done(self, item_id: str, index: int, text: str) -> list[Event]:

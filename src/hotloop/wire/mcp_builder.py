@@ -5,7 +5,9 @@ An `mcp_call` the model writes streams like a function call, but its `output_ite
 has run it: when its arguments are done the item takes its place in `response.output` (its index reserved, status
 `in_progress`), other items may follow it, and `mcp_call_finished` later replaces it there and sends its
 `output_item.done` at that index. So every `output_item.done` carries the item at its `output_index` in the
-terminal `response.output`, and the done items ordered by index are that output.
+terminal `response.output`. An item that ends while a call before it has not run (a message the model wrote after
+a call) has its `output_item.done` held until that call's is out: the done items come in output order, and in that
+order they are the terminal output (protocol.md §2.3).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class McpBuilder:
     def _init_mcp(self) -> None:
         self.needs_approval: frozenset[tuple[str, str]] = frozenset()
         self._pending: list[int] = []  # indexes in `response.output` of calls not run yet, in order
+        self._held: list[int] = []  # indexes of items ended after such a call: their `output_item.done` waits
 
     def _open_mcp(self, name: str, label: str) -> list[Event]:
         """A call the model starts writing (the open item was closed by the caller)."""
@@ -52,23 +55,35 @@ class McpBuilder:
             if status != "completed":
                 return []  # cut-off arguments are never offered for approval (the item has no status to say so)
             request = msgspec.structs.replace(item, arguments=arguments)
-            return [
-                self._emit(ev.OutputItemAdded, output_index=index, item=request),
-                self._done(index, request),
-            ]
+            added = self._emit(ev.OutputItemAdded, output_index=index, item=request)
+            return [added, *_present(self._done(index, request))]
         out = [self._emit(ev.McpCallArgumentsDone, item_id=item.id, output_index=index, arguments=arguments)]
         if status != "completed":
-            return [*out, self._done(index, msgspec.structs.replace(item, arguments=arguments, status="incomplete"))]
+            cut = msgspec.structs.replace(item, arguments=arguments, status="incomplete")
+            return [*out, *_present(self._done(index, cut))]
         self.response.output.append(msgspec.structs.replace(item, arguments=arguments))
         self._pending.append(index)
         return out
 
-    def _done(self, index: int, item: OutputItem) -> Event:
+    def _done(self, index: int, item: OutputItem) -> Event | None:
+        """The item ended at `index`: its `output_item.done`, or None while a call before it has not run (held
+        for `_release`)."""
         if index == len(self.response.output):
             self.response.output.append(item)
         else:
             self.response.output[index] = item
+        if self._pending and self._pending[0] < index:
+            self._held.append(index)
+            return None
         return self._emit(ev.OutputItemDone, output_index=index, item=item)
+
+    def _release(self) -> list[Event]:
+        """The held `output_item.done` events no unrun call precedes any more, in output order."""
+        first = self._pending[0] if self._pending else len(self.response.output)
+        ready = sorted(index for index in self._held if index < first)
+        self._held = [index for index in self._held if index >= first]
+        output = self.response.output
+        return [self._emit(ev.OutputItemDone, output_index=index, item=output[index]) for index in ready]
 
     def mcp_pending(self) -> list[int]:
         """The output indexes of the calls not finished yet (the server runs them, then `mcp_call_finished`)."""
@@ -105,7 +120,8 @@ class McpBuilder:
         failed = error is not None
         done = msgspec.structs.replace(item, output=output, error=error, status="failed" if failed else "completed")
         event = ev.McpCallFailed if failed else ev.McpCallCompleted
-        return [self._emit(event, item_id=item.id, output_index=index), self._done(index, done)]
+        out = [self._emit(event, item_id=item.id, output_index=index), *_present(self._done(index, done))]
+        return out + self._release()
 
     def mcp_list_tools(self, item: McpListTools) -> list[Event]:
         """A server's tool list, whole: `output_item.added` (no tools yet), `response.mcp_list_tools.in_progress`,
@@ -118,15 +134,18 @@ class McpBuilder:
         out.append(self._emit(ev.McpListToolsInProgress, item_id=item.id, output_index=index))
         end = ev.McpListToolsFailed if item.error is not None else ev.McpListToolsCompleted
         out.append(self._emit(end, item_id=item.id, output_index=index))
-        out.append(self._done(index, item))
+        out.extend(_present(self._done(index, item)))
         return out
 
     def _end_pending(self) -> list[Event]:
         """At the response's end, calls never run are `incomplete` (each with its `output_item.done`), so no
         `mcp_call` is left `in_progress` in the final output."""
-        out = []
-        for index in self._pending:
-            item = self.response.output[index]
-            out.append(self._done(index, msgspec.structs.replace(item, status="incomplete")))
-        self._pending = []
-        return out
+        pending, self._pending = self._pending, []
+        self._held = sorted([*self._held, *pending])
+        for index in pending:
+            self.response.output[index] = msgspec.structs.replace(self.response.output[index], status="incomplete")
+        return self._release()
+
+
+def _present(event: Event | None) -> list[Event]:
+    return [] if event is None else [event]
