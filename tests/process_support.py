@@ -18,6 +18,16 @@ from hotloop.bench.server_process import free_port
 SIM = "hotloop-sim"
 
 
+def eventually(check: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """Whether `check()` holds within `timeout` (polled every 10 ms): for what another thread or process does."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def wait_healthy(
     name: str, url: str, process: subprocess.Popen[str], output: Callable[[], str], timeout: float
 ) -> None:

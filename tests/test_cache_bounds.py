@@ -19,6 +19,7 @@ from hotloop.wire.items import InputText, Message, OutputText
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import Response
 from metrics_support import scrape
+from process_support import eventually
 from wsutil import WS, final
 
 KIB = 1024
@@ -234,17 +235,6 @@ def test_closed_connection_frees_its_cache(tmp_path: Path) -> None:
             final(ws.turn(input="x" * 10_000, store=False))
             final(ws.turn(input="y", store=False, stream_id="lane"))
             assert service.connection_states.bytes > 10_000 and len(service.connection_states) == 2
-        assert _eventually(lambda: service.connection_states.bytes == 0 and len(service.connection_states) == 0)
+        assert eventually(lambda: service.connection_states.bytes == 0 and len(service.connection_states) == 0)
     finally:
         running.stop()
-
-
-def _eventually(check: Any, timeout: float = 5.0) -> bool:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True

@@ -7,9 +7,9 @@ import pytest
 from hotloop.chat.specs import ToolSpec
 from hotloop.config import McpServer, Settings
 from hotloop.errors import HotloopError
-from hotloop.mcp import ListedTool
 from hotloop.pipeline.mcp.declare import allowed, declare, endpoint
 from hotloop.pipeline.tools import ToolSet, resolve_tool_choice, resolve_tools
+from hotloop.wire.items import McpListedTool
 
 pytestmark = pytest.mark.fast
 
@@ -20,9 +20,9 @@ def tool(**fields: object) -> dict[str, object]:
     return {"type": "mcp", "server_label": "docs", "server_url": URL, **fields}
 
 
-def listed(name: str, read_only: bool | None = None) -> ListedTool:
+def listed(name: str, read_only: bool | None = None) -> McpListedTool:
     annotations = None if read_only is None else {"readOnlyHint": read_only}
-    return ListedTool(name=name, input_schema={"type": "object"}, annotations=annotations)
+    return McpListedTool(name=name, input_schema={"type": "object"}, annotations=annotations)
 
 
 def error_of(raw: dict[str, object]) -> HotloopError:

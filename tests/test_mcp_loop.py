@@ -25,7 +25,7 @@ from conftest import RunningServer, start_server, stored_counts
 from hotloop.config import McpServer
 from http_support import error_of, parse_sse
 from mcp_support import PAGED_TOOLS, McpServers, approved, check_mcp_stream, mcp_tool, of_type
-from process_support import free_port
+from process_support import eventually, free_port
 from schema import check_response
 from wsutil import TERMINAL, WS
 
@@ -457,10 +457,10 @@ def test_cancelling_a_background_response_stops_its_call(http: httpx.Client, mcp
     )
     assert reply.status_code == 200, reply.text
     response_id = reply.json()["id"]
-    assert wait_until(lambda: mcp_server.counts.sleeps == 1)
+    assert eventually(lambda: mcp_server.counts.sleeps == 1)
     cancelled = http.post(f"/responses/{response_id}/cancel").json()
     assert cancelled["status"] == "cancelled"
-    assert wait_until(lambda: mcp_server.counts.sleeps_cancelled == 1)
+    assert eventually(lambda: mcp_server.counts.sleeps_cancelled == 1)
 
 
 def test_a_steer_stops_the_call_in_flight(hotloop: RunningServer, mcp_server: McpServers) -> None:
@@ -484,7 +484,7 @@ def test_a_steer_stops_the_call_in_flight(hotloop: RunningServer, mcp_server: Mc
     assert steered["status"] == "incomplete" and steered["incomplete_details"] == {"reason": "steered"}
     call = of_type(steered, "mcp_call")[0]
     assert call["status"] == "failed" and "steered" in call["error"]["message"]
-    assert wait_until(lambda: mcp_server.counts.sleeps_cancelled == 1)
+    assert eventually(lambda: mcp_server.counts.sleeps_cancelled == 1)
 
 
 def test_a_websocket_that_closes_mid_call_stops_it(hotloop: RunningServer, mcp_server: McpServers) -> None:
@@ -498,7 +498,7 @@ def test_a_websocket_that_closes_mid_call_stops_it(hotloop: RunningServer, mcp_s
         ws.create(**body)
         while ws.recv()["type"] != "response.mcp_call.in_progress":
             pass
-    assert wait_until(lambda: mcp_server.counts.sleeps_cancelled == 1)
+    assert eventually(lambda: mcp_server.counts.sleeps_cancelled == 1)
 
 
 def test_a_shutdown_cuts_the_call_in_flight(tmp_path: Path, mcp_servers: McpServers) -> None:
@@ -522,16 +522,7 @@ def test_a_shutdown_cuts_the_call_in_flight(tmp_path: Path, mcp_servers: McpServ
         stopper.join(30)
     cut = frames[-1]["response"]
     assert cut["status"] == "failed" and cut["error"]["code"] == "server_error"
-    assert wait_until(lambda: servers.counts.sleeps_cancelled == 1)
-
-
-def wait_until(check: Any, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
+    assert eventually(lambda: servers.counts.sleeps_cancelled == 1)
 
 
 def test_the_readmes_example_server_runs_a_loop(tmp_path: Path) -> None:
@@ -544,7 +535,7 @@ def test_the_readmes_example_server_runs_a_loop(tmp_path: Path) -> None:
     )
     try:
         url = f"http://127.0.0.1:{port}/mcp"
-        assert wait_until(lambda: _listening(port), timeout=20)
+        assert eventually(lambda: _listening(port), timeout=20)
         running = start_server(tmp_path, models=["hotloop-sim"], mcp_allowed_urls=[f"http://127.0.0.1:{port}/"])
         try:
             response = running.client().responses.create(
@@ -715,4 +706,4 @@ def test_a_turn_opens_its_mcp_sessions_before_the_model_calls(http: httpx.Client
     )
     assert reply.status_code == 200, reply.text
     assert mcp_server.counts.method("tools/list") == 1 and mcp_server.counts.method("tools/call") == 0
-    assert wait_until(lambda: mcp_server.counts.method("initialize") == opened + 1)
+    assert eventually(lambda: mcp_server.counts.method("initialize") == opened + 1)

@@ -213,7 +213,6 @@ class Turn:
     ) -> AsyncGenerator[Event, None]:
         """The generations and the server's MCP calls between them (mcp/steps.py); `_looped` is how they ended."""
         prepared = self.prepared
-        assert prepared.mcp is not None
         steps = Steps.of(self.service, prepared, self.session.owner)
         async for event in steps.run(self.builder, generation, self._step_generation, congested, self._steered):
             yield event

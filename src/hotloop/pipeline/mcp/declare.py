@@ -15,7 +15,8 @@ import msgspec
 
 from hotloop.config import McpServer, Settings
 from hotloop.errors import InvalidParam, McpServerNotAllowed, UnsupportedParam
-from hotloop.mcp import Endpoint, ListedTool, transport_for
+from hotloop.mcp import Endpoint, transport_for
+from hotloop.wire.items import McpListedTool
 
 # Fields of an MCP tool this server cannot serve: a connector or tunnel is OpenAI's own infrastructure.
 UNAVAILABLE = ("connector_id", "tunnel_id")
@@ -27,7 +28,7 @@ class Filter(msgspec.Struct, frozen=True):
     names: frozenset[str] | None = None  # None: any name
     read_only: bool | None = None  # None: either
 
-    def matches(self, tool: ListedTool) -> bool:
+    def matches(self, tool: McpListedTool) -> bool:
         if self.names is not None and tool.name not in self.names:
             return False
         if self.read_only is None:
@@ -49,10 +50,10 @@ class Declared(msgspec.Struct, frozen=True):
     ask_rest: bool  # a tool neither filter matches needs approval (OpenAI's default: ask)
     description: str | None
 
-    def offered(self, tool: ListedTool) -> bool:
+    def offered(self, tool: McpListedTool) -> bool:
         return self.allowed is None or self.allowed.matches(tool)
 
-    def needs_approval(self, tool: ListedTool) -> bool:
+    def needs_approval(self, tool: McpListedTool) -> bool:
         if self.skip is not None and self.skip.matches(tool):
             return False
         if self.ask is not None and self.ask.matches(tool):

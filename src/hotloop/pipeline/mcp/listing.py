@@ -81,22 +81,12 @@ def _item_tool(tool: ListedTool) -> McpListedTool:
     )
 
 
-def listed_tool(tool: McpListedTool) -> ListedTool:
-    return ListedTool(
-        name=tool.name,
-        input_schema=tool.input_schema if isinstance(tool.input_schema, dict) else {},
-        description=tool.description,
-        annotations=tool.annotations if isinstance(tool.annotations, dict) else None,
-    )
-
-
 def _offered(tools: ToolSet, lists: Sequence[McpListTools]) -> ToolSet:
     """The set with each server's allowed tools as specs (namespaced by label: `label.tool` to the model)."""
     specs: list[ToolSpec] = list(tools.specs)
     approvals: set[tuple[str, str]] = set()
     for declared, listed in zip(tools.mcp, lists, strict=True):
-        for item_tool in listed.tools:
-            tool = listed_tool(item_tool)
+        for tool in listed.tools:
             if not declared.offered(tool):
                 continue
             specs.append(
