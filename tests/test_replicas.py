@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import http.client
 import json
 import multiprocessing
 import os
@@ -22,6 +21,7 @@ import pytest
 from hotloop.sealing import load_secret
 from process_support import ServerProcess
 from replica_support import HEADERS, KEY, SIM, STORES, get_response, http_turn, shared_store, ws_turn
+from workers_support import one_connection_per_worker, workers_of, ws_on_worker
 from wsutil import TERMINAL, WEATHER, WS, final
 
 
@@ -130,64 +130,11 @@ def test_replicas_starting_together_create_one_secret(tmp_path: Path) -> None:
 # --- hotloop serve --workers N ------------------------------------------------------------------------------------
 
 
-class Conn:
-    """One keep-alive HTTP connection whose client port tells which worker accepted it."""
-
-    def __init__(self, port: int) -> None:
-        self.http = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        self.http.connect()
-        assert self.http.sock is not None
-        self.local_port: int = self.http.sock.getsockname()[1]
-
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
-        payload = json.dumps(body) if body is not None else None
-        headers = {**HEADERS, "content-type": "application/json"}
-        self.http.request(method, f"/v1{path}", body=payload, headers=headers)
-        reply = self.http.getresponse()
-        return reply.status, json.loads(reply.read())
-
-    def create(self, **body: Any) -> dict[str, Any]:
-        status, response = self.request("POST", "/responses", {"model": SIM, **body})
-        assert status == 200, response
-        return response
-
-
-def _workers(supervisor: ServerProcess) -> list[psutil.Process]:
-    return psutil.Process(supervisor.process.pid).children()
-
-
-def _owner(workers: list[psutil.Process], server_port: int, client_port: int) -> int:
-    """The pid of the worker holding the server side of the connection from `client_port`."""
-    for _ in range(100):
-        for worker in workers:
-            for conn in worker.net_connections(kind="tcp"):
-                if conn.laddr and conn.raddr and conn.laddr.port == server_port and conn.raddr.port == client_port:
-                    return worker.pid
-        time.sleep(0.02)
-    raise AssertionError(f"no worker holds the connection from port {client_port}")
-
-
-def _one_connection_per_worker(server: ServerProcess, workers: list[psutil.Process]) -> dict[int, Conn]:
-    """Open connections until every worker has accepted one (the kernel picks; 200 tries make a miss negligible)."""
-    found: dict[int, Conn] = {}
-    for _ in range(200):
-        conn = Conn(server.port)
-        conn.request("GET", "/models")  # served, so established on a worker
-        pid = _owner(workers, server.port, conn.local_port)
-        if pid in found:
-            conn.http.close()
-        else:
-            found[pid] = conn
-        if len(found) == len(workers):
-            return found
-    raise AssertionError(f"only workers {sorted(found)} of {[w.pid for w in workers]} answered")
-
-
 def test_workers_share_the_port_the_store_and_the_secret(tmp_path: Path) -> None:
     with ServerProcess(tmp_path, workers=2) as server:
-        workers = _workers(server)
+        workers = workers_of(server)
         assert len(workers) == 2
-        (victim, one), (_, two) = _one_connection_per_worker(server, workers).items()
+        (victim, one), (_, two) = one_connection_per_worker(server, workers).items()
         # a chain crosses the workers both ways
         first = one.create(input="started on one worker", store=True)
         second = two.create(input="continued on the other", previous_response_id=first["id"], store=True)
@@ -205,7 +152,7 @@ def test_workers_share_the_port_the_store_and_the_secret(tmp_path: Path) -> None
         os.kill(victim, signal.SIGKILL)
         deadline = time.monotonic() + 60
         while True:
-            pids = {worker.pid for worker in _workers(server) if worker.status() != psutil.STATUS_ZOMBIE}
+            pids = {worker.pid for worker in workers_of(server) if worker.status() != psutil.STATUS_ZOMBIE}
             if len(pids) == 2 and victim not in pids:
                 break
             assert time.monotonic() < deadline, pids
@@ -213,7 +160,7 @@ def test_workers_share_the_port_the_store_and_the_secret(tmp_path: Path) -> None
         assert two.create(input="still here", previous_response_id=third["id"], store=True)["status"] == "completed"
 
         # SIGTERM to the supervisor stops every worker cleanly: a response in flight still ends normally
-        workers = _workers(server)
+        workers = workers_of(server)
         slow = {"sim_ttft_ms": "0", "sim_tps": "40", "sim_output_tokens": "40"}  # about a second of output
         two.http.request(
             "POST",
@@ -232,7 +179,7 @@ def test_workers_share_the_port_the_store_and_the_secret(tmp_path: Path) -> None
 
 def test_workers_die_with_a_killed_supervisor(tmp_path: Path) -> None:
     with ServerProcess(tmp_path, workers=2) as server:
-        workers = _workers(server)
+        workers = workers_of(server)
         assert len(workers) == 2
         server.kill()  # SIGKILL: no chance to stop them itself
         _gone, alive = psutil.wait_procs(workers, timeout=30)
@@ -255,34 +202,23 @@ def test_workers_on_a_busy_port_fail_at_once(tmp_path: Path) -> None:
     assert "in use" in server.output()
 
 
-def _ws_on_worker(server: ServerProcess, workers: list[psutil.Process], wanted: int) -> WS:
-    """A WebSocket that the worker `wanted` accepted (the kernel picks; 200 tries make a miss negligible)."""
-    for _ in range(200):
-        ws = WS(server.ws_url, api_key=KEY)
-        local_port = ws.conn.socket.getsockname()[1]
-        if _owner(workers, server.port, local_port) == wanted:
-            return ws
-        ws.close()
-    raise AssertionError(f"worker {wanted} accepted none of 200 WebSockets")
-
-
 def test_the_default_is_one_worker_per_core_sharing_chains(tmp_path: Path) -> None:
     """`hotloop serve` with no `workers` setting runs one process per core; a WebSocket chain stored on one worker
     continues over a new WebSocket on another (the reconnect of a client whose connection dropped), and an HTTP
     chain crosses them too."""
     with ServerProcess(tmp_path, workers=None) as server:
-        workers = _workers(server)
+        workers = workers_of(server)
         assert len(workers) == len(os.sched_getaffinity(0))
         if len(workers) < 2:
             return  # a one-core machine: nothing to cross (CI has two)
         first, second = workers[0].pid, workers[1].pid
-        with _ws_on_worker(server, workers, first) as ws:
+        with ws_on_worker(server, workers, first) as ws:
             started = final(ws.turn(model=SIM, input="remember the word 'kestrel'", store=True))
-        with _ws_on_worker(server, workers, second) as ws:
+        with ws_on_worker(server, workers, second) as ws:
             continued = final(ws.turn(model=SIM, input="go on", previous_response_id=started["id"], store=True))
         assert continued["status"] == "completed"
         assert continued["usage"]["input_tokens"] > started["usage"]["input_tokens"]
-        (_, one), (_, two) = _one_connection_per_worker(server, workers).items()
+        (_, one), (_, two) = one_connection_per_worker(server, workers).items()
         third = one.create(input="and over HTTP", previous_response_id=continued["id"], store=True)
         status, read = two.request("GET", f"/responses/{third['id']}")
         assert status == 200 and read["previous_response_id"] == continued["id"]

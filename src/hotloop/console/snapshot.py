@@ -40,9 +40,9 @@ Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
 
 
 def _metric_samples(service: Service) -> Samples:
-    """Every sample in the registry: name -> {sorted labels -> value}."""
+    """Every sample /metrics serves (every worker's, under a supervisor): name -> {sorted labels -> value}."""
     samples: Samples = defaultdict(dict)
-    for family in service.metrics.registry.collect():
+    for family in service.metrics.collect():
         for sample in family.samples:
             samples[sample.name][tuple(sorted(sample.labels.items()))] = sample.value
     return samples

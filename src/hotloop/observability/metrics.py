@@ -2,17 +2,24 @@
 
 Counters that live in their own objects (cache hits and sizes, the ledger backlog) are read at scrape time by a
 collector, so the hot path only bumps plain integers.
+
+Under a supervisor (`workers > 1`, transports/workers.py) `PROMETHEUS_MULTIPROC_DIR` names a directory the
+workers share: every scrape then merges all workers' values (prometheus_client's multiprocess mode), live
+gauges summed over the live workers, and the scrape-time readings reach it through mirror.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from hotloop.observability.mirror import Mirror
 from hotloop.observability.timings import StageTimings
 from hotloop.safety import SafetyResult
 
@@ -145,9 +152,21 @@ def _size_families(sizes: dict[str, CacheSize]) -> Iterator[Metric]:
     yield from (held, bound, entries, evictions)
 
 
+SHARED_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own name: it reads it when first imported
+
+
+class _Merged:
+    """What `generate_latest` reads: the families `collect` gives."""
+
+    def __init__(self, families: Callable[[], Iterable[Metric]]) -> None:
+        self.collect = families
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.shared_dir = os.environ.get(SHARED_DIR_ENV) or None  # every worker's values, when set
+        self.mirror = Mirror() if self.shared_dir else None
         self._stage_children: dict[str, Any] = {}
         self._response_children: dict[tuple[str, str, str], Any] = {}
         self.stage_seconds = Histogram(
@@ -164,12 +183,14 @@ class Metrics:
             "Open WebSocket connections.",
             ["transport"],
             registry=self.registry,
+            multiprocess_mode="livesum",
         )
         self.in_flight = Gauge(
             "hotloop_responses_in_flight",
             "Responses generating now, by transport.",
             ["transport"],
             registry=self.registry,
+            multiprocess_mode="livesum",
         )
         self.generations_cancelled = Counter(
             "hotloop_generations_cancelled",
@@ -219,15 +240,21 @@ class Metrics:
 
     def watch(self, caches: CacheReading, gauges: GaugeReading, sizes: SizeReading | None = None) -> None:
         """Register the scrape-time readings (caches' hits and misses, backlog and sizes, bounded caches)."""
-        self.registry.register(_Readings(caches, gauges, sizes))
+        self._watch(_Readings(caches, gauges, sizes))
 
     def watch_replicas(self, reading: ReplicaReadings) -> None:
         """Register the upstream replicas' routing counts and health (read at scrape time)."""
-        self.registry.register(_Replicas(reading))
+        self._watch(_Replicas(reading))
 
     def watch_kv(self, reading: KVReadings) -> None:
         """Register the in-process models' KV state reuse (read at scrape time)."""
-        self.registry.register(_KVState(reading))
+        self._watch(_KVState(reading))
+
+    def _watch(self, collector: Collector) -> None:
+        if self.mirror is not None:
+            self.mirror.readers.append(collector)
+        else:
+            self.registry.register(collector)
 
     def observe(self, timings: StageTimings) -> None:
         children = self._stage_children
@@ -244,5 +271,18 @@ class Metrics:
             child = self._response_children[key] = self.responses.labels(*key)
         child.inc()
 
+    def collect(self) -> Iterable[Metric]:
+        """Every family: this process's, or with a shared directory every worker's (this one's readings synced
+        first)."""
+        if self.shared_dir is None:
+            return self.registry.collect()
+        self.sync()
+        return MultiProcessCollector(None, self.shared_dir).collect()
+
+    def sync(self) -> None:
+        """Copy this worker's scrape-time readings into the shared files (a no-op for a single process)."""
+        if self.mirror is not None:
+            self.mirror.sync()
+
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(_Merged(self.collect))

@@ -24,12 +24,15 @@ from hotloop.pipeline.state.chain_cache import ChainCache
 from hotloop.pipeline.state.drain import Drain
 from hotloop.pipeline.state.limits import ConnectionSlots, RateLimiter
 from hotloop.pipeline.state.session import Lane, Session
+from hotloop.pipeline.state.shared_limits import LimitTable, SharedConnectionSlots, SharedRateLimiter
 from hotloop.pipeline.state.state_lru import StateLRU
 from hotloop.safety import SafetyStage
 from hotloop.stores.base import Store
 
 LEDGER_DRAIN_TIMEOUT_S = 30.0
+METRICS_SYNC_S = 1.0  # how stale another worker's scrape-time readings may be (observability/mirror.py)
 log = logging.getLogger("hotloop.store")
+metrics_log = logging.getLogger("hotloop.metrics")
 
 
 def _mcp_allowed(settings: Settings, url: str) -> bool:
@@ -49,8 +52,15 @@ class CacheCounter:
 
 class Service:
     def __init__(
-        self, settings: Settings, models: ModelRegistry, store: Store, secret: bytes, ledger: Ledger | None = None
+        self,
+        settings: Settings,
+        models: ModelRegistry,
+        store: Store,
+        secret: bytes,
+        ledger: Ledger | None = None,
+        limits: LimitTable | None = None,
     ) -> None:
+        """`limits`: the workers' shared limit table, under a supervisor (else each limit is this process's)."""
         self.settings = settings
         self.started_at = time.time()
         self.models = models
@@ -71,8 +81,14 @@ class Service:
         # Every WebSocket connection's lane entries together, LRU under one byte bound (docs/reliability.md).
         self.connection_states: StateLRU[tuple[int, Lane]] = StateLRU(settings.connection_cache_bytes)
         # Admission (docs/operations.md): per-key rate limits, WebSocket connection slots, the shutdown drain.
+        self.limits = limits
         self.rate_limiter = RateLimiter(settings.rate_limit_rpm, settings.rate_limit_tpm)
         self.connection_slots = ConnectionSlots(settings.max_connections, settings.max_connections_per_key)
+        if limits is not None:
+            self.rate_limiter = SharedRateLimiter(limits, settings.rate_limit_rpm, settings.rate_limit_tpm)
+            self.connection_slots = SharedConnectionSlots(
+                limits, settings.max_connections, settings.max_connections_per_key
+            )
         self.drain = Drain()
         # The MCP servers' sessions, reused by key and server (pipeline/mcp/, docs/mcp.md).
         self.mcp = Clients(
@@ -88,6 +104,7 @@ class Service:
             {"secrets": settings.safety_secrets, "injection": settings.safety_injection}
         )
         self.metrics = Metrics()
+        self._metrics_sync: asyncio.Task[None] | None = None
         self.metrics.watch(self._cache_readings, self._gauge_readings, self._cache_sizes)
         self.metrics.watch_replicas(models.replica_readings)
         self.metrics.watch_kv(models.kv_readings)
@@ -155,8 +172,21 @@ class Service:
         # A response deleted or expired on any replica leaves this one's caches; after a gap in the feed, every
         # cached chain that might have been deleted does.
         self.store.start(self.forget, self.forget_reloadable)
+        if self.metrics.mirror is not None:
+            self._metrics_sync = asyncio.get_running_loop().create_task(self._sync_metrics(), name="hotloop-metrics")
+
+    async def _sync_metrics(self) -> None:
+        """Keep this worker's scrape-time readings fresh for the scrapes other workers answer."""
+        while True:
+            await asyncio.sleep(METRICS_SYNC_S)
+            try:
+                self.metrics.sync()
+            except Exception:  # a reading that fails once must not stop the next ones
+                metrics_log.exception("could not sync the metrics readings")
 
     async def close(self) -> None:
+        if self._metrics_sync is not None:
+            self._metrics_sync.cancel()
         for task in list(self.background.values()):
             task.cancel()
         if self.background:
@@ -168,3 +198,7 @@ class Service:
         await self.ledger.drain(timeout=LEDGER_DRAIN_TIMEOUT_S)
         await self.store.close()
         self.tokenize_pool.shutdown(wait=False, cancel_futures=True)
+        if self.metrics.mirror is not None:
+            self.metrics.sync()  # the last readings: a stopped worker's counters stay in the totals
+        if self.limits is not None:
+            self.limits.close()

@@ -31,13 +31,19 @@ log = logging.getLogger("hotloop")
 def build_service(settings: Settings) -> Service:
     from hotloop.metering.ledger import Ledger
     from hotloop.models import build_registry
+    from hotloop.pipeline.state.shared_limits import LimitTable
     from hotloop.sealing import load_secret
     from hotloop.stores.url import open_store
+    from hotloop.transports.workers import worker_share
 
     data_dir = settings.resolved_data_dir()
     store = open_store(settings)  # docs/stores.md
     ledger = Ledger(store.append_usage, settings.ledger_batch, settings.ledger_flush_ms)
-    return Service(settings, build_registry(settings), store, load_secret(data_dir), ledger)
+    share = worker_share()  # under a supervisor: the limits every worker counts in
+    limits = None
+    if share is not None:
+        limits = LimitTable(share.limits, share.worker, settings.rate_limit_rpm, settings.rate_limit_tpm)
+    return Service(settings, build_registry(settings), store, load_secret(data_dir), ledger, limits)
 
 
 async def _hotloop_error(request: Request, exc: Exception) -> Response:

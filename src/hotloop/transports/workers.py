@@ -6,6 +6,11 @@ its environment) and the listening socket as an inherited file descriptor. Worke
 store, so a chain begun on one continues on another, and through the data_dir secret, which the supervisor creates
 before any worker starts so that every worker signs and opens `encrypted_content` with the same key.
 
+Metrics and admission limits are the server's, not a worker's (docs/metrics.md, docs/operations.md): the supervisor
+makes a directory the workers share for as long as it runs, with prometheus_client's multiprocess files (every
+scrape merges all workers') and the limit table (pipeline/state/shared_limits.py) every worker counts in. A worker
+that dies leaves its counters in the totals; the supervisor drops its live gauges and gives back its connections.
+
 The supervisor restarts a worker that dies, stops everything when a worker cannot start (a bad store URL fails
 the same way every time), and on SIGTERM or SIGINT sends SIGTERM to every worker (each drains like a
 single-process server) and waits for them. Workers run in their own session, so a terminal's Ctrl-C reaches only
@@ -16,21 +21,29 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
 from hotloop.config import Settings, available_cores
+from hotloop.observability.metrics import SHARED_DIR_ENV
+from hotloop.pipeline.state.shared_limits import LimitTable
 
 log = logging.getLogger("hotloop.workers")
 
 SOCKET_ENV = "HOTLOOP_WORKER_SOCKET_FD"
 PARENT_ENV = "HOTLOOP_WORKER_PARENT_PID"
+SHARE_ENV = "HOTLOOP_WORKER_SHARE"  # the directory the workers share
+INDEX_ENV = "HOTLOOP_WORKER_INDEX"  # this worker's place, 0 to workers - 1 (a restarted worker takes its own)
 STARTUP_FAILURE = 3  # a worker's exit code when its server never started (uvicorn uses the same)
 # Beyond shutdown_grace_s, before a worker that has not exited is killed: its drain's own waits, the ledger's
 # drain (up to 30 s when the store is slow) and some slack.
@@ -53,12 +66,30 @@ def bind_socket(settings: Settings, backlog: int = 2048) -> socket.socket:
     return sock
 
 
+class WorkerShare(NamedTuple):
+    limits: Path  # the limit table's file
+    worker: int
+
+
+def worker_share() -> WorkerShare | None:
+    """What this process shares with the other workers; None outside a supervisor."""
+    share, index = os.environ.get(SHARE_ENV), os.environ.get(INDEX_ENV)
+    if not share or index is None:
+        return None
+    return WorkerShare(Path(share) / "limits", int(index))
+
+
 class Supervisor:
     def __init__(self, settings: Settings, sock: socket.socket) -> None:
         self.settings = settings
         self.sock = sock
         self.stopping = threading.Event()
         self.workers: list[subprocess.Popen[bytes]] = []
+        self.share = Path(tempfile.mkdtemp(prefix="hotloop-workers-"))
+        self.metrics_dir = self.share / "metrics"
+        self.metrics_dir.mkdir()
+        LimitTable.create(self.share / "limits", settings.workers)
+        self.limits = LimitTable(self.share / "limits", 0)
         # llama.cpp's default of every core per process would have N workers fight over the cores: each gets its share.
         threads = settings.llama_threads or max(1, available_cores() // settings.workers)
         self._settings_json = msgspec.json.encode(msgspec.structs.replace(settings, workers=1, llama_threads=threads))
@@ -66,15 +97,18 @@ class Supervisor:
             **os.environ,
             SOCKET_ENV: str(sock.fileno()),
             PARENT_ENV: str(os.getpid()),
+            SHARE_ENV: str(self.share),
+            SHARED_DIR_ENV: str(self.metrics_dir),
             # libuv accepts every pending connection in one go; one at a time spreads a burst over the workers.
             "UV_TCP_SINGLE_ACCEPT": "1",
         }
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
+    def _spawn(self, index: int) -> subprocess.Popen[bytes]:
         command = [sys.executable, "-m", "hotloop.transports.workers"]
+        env = {**self._env, INDEX_ENV: str(index)}
         # Own session: a terminal's SIGINT goes to the supervisor only, which then stops the workers in order.
         worker = subprocess.Popen(
-            command, env=self._env, stdin=subprocess.PIPE, pass_fds=(self.sock.fileno(),), start_new_session=True
+            command, env=env, stdin=subprocess.PIPE, pass_fds=(self.sock.fileno(),), start_new_session=True
         )
         assert worker.stdin is not None
         with worker.stdin:
@@ -86,7 +120,7 @@ class Supervisor:
 
     def run(self) -> int:
         """Start the workers and keep them running until a signal; the exit code of `hotloop serve`."""
-        self.workers = [self._spawn() for _ in range(self.settings.workers)]
+        self.workers = [self._spawn(index) for index in range(self.settings.workers)]
         host, port = self.sock.getsockname()[:2]
         pids = ", ".join(str(worker.pid) for worker in self.workers)
         log.info("%d workers (%s) on http://%s:%s", len(self.workers), pids, host, port)
@@ -108,8 +142,16 @@ class Supervisor:
                 log.error("worker %d failed to start; stopping", worker.pid)
                 return 1
             log.warning("worker %d exited (%d); restarting it", worker.pid, status)
-            self.workers[index] = self._spawn()
+            self._forget(index, worker.pid)
+            self.workers[index] = self._spawn(index)
         return 0
+
+    def _forget(self, index: int, pid: int) -> None:
+        """A dead worker's open connections and live gauges leave the totals; its counters stay in them."""
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid, str(self.metrics_dir))
+        self.limits.release_worker(index)
 
     def _stop_all(self) -> None:
         # Our copy of the socket would keep it listening while the workers drain: new connections would wait in
@@ -126,6 +168,8 @@ class Supervisor:
                 log.error("worker %d did not stop; killing it", worker.pid)
                 worker.kill()
                 worker.wait()
+        self.limits.close()
+        shutil.rmtree(self.share, ignore_errors=True)
 
 
 def run_workers(settings: Settings) -> int:

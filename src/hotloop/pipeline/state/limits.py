@@ -1,7 +1,7 @@
 """Admission limits, no I/O: WebSocket connection slots (per process and per key) and per-key rate limits.
 
-Every check is O(1): a dict lookup and a little arithmetic. Limits are kept per process; with `workers > 1` each
-process enforces them on its own share of the traffic.
+Every check is O(1): a dict lookup and a little arithmetic. These hold one process's counts; with `workers > 1`
+the workers share theirs instead (shared_limits.py), with the same arithmetic and the same refusals.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ class RateLimiter:
             return
         buckets = self._refilled(owner)
         if self.rpm and buckets.requests < 1:
-            raise self._refused("requests", self.rpm, buckets.requests)
+            raise rate_refusal("requests", self.rpm, buckets.requests)
         if self.tpm and buckets.tokens < 1:
-            raise self._refused("tokens", self.tpm, buckets.tokens)
+            raise rate_refusal("tokens", self.tpm, buckets.tokens)
         buckets.requests -= 1
 
     def charge(self, owner: str, tokens: int) -> None:
@@ -87,21 +87,6 @@ class RateLimiter:
             del self._keys[key]
         self._prune_at = max(PRUNE_FLOOR, 2 * len(self._keys))
 
-    def _refused(self, kind: str, limit: int, level: float) -> RateLimited:
-        per_second = limit / 60
-        wait = (1 - level) / per_second
-        unit = "RPM" if kind == "requests" else "TPM"
-        message = (
-            f"Rate limit reached on {kind} per min ({unit}): Limit {limit}, Remaining 0. "
-            f"Please try again in {_seconds(wait)}."
-        )
-        headers = {
-            f"x-ratelimit-limit-{kind}": str(limit),
-            f"x-ratelimit-remaining-{kind}": "0",
-            f"x-ratelimit-reset-{kind}": _duration((limit - level) / per_second),
-        }
-        return RateLimited(message, kind=kind, retry_after_s=wait, headers=headers)
-
 
 class ConnectionSlots:
     """Open WebSocket connections on this process, in all and per key (a limit of 0 is no limit)."""
@@ -116,9 +101,9 @@ class ConnectionSlots:
         """Take a slot for `owner`; raises `RateLimited` (429) when the process or the key is at its limit."""
         held = self._by_key.get(owner, 0)
         if self.total and self.open >= self.total:
-            raise _no_slot(f"This server has reached its limit of {self.total} open WebSocket connections.")
+            raise total_refusal(self.total)
         if self.per_key and held >= self.per_key:
-            raise _no_slot(f"This API key has reached its limit of {self.per_key} open WebSocket connections.")
+            raise key_refusal(self.per_key)
         self.open += 1
         self._by_key[owner] = held + 1
 
@@ -132,6 +117,31 @@ class ConnectionSlots:
 
     def held(self, owner: str) -> int:
         return self._by_key.get(owner, 0)
+
+
+def rate_refusal(kind: str, limit: int, level: float) -> RateLimited:
+    """The 429 for a bucket (`requests` or `tokens`) at `level` (< 1) of its `limit` per minute."""
+    per_second = limit / 60
+    wait = (1 - level) / per_second
+    unit = "RPM" if kind == "requests" else "TPM"
+    message = (
+        f"Rate limit reached on {kind} per min ({unit}): Limit {limit}, Remaining 0. "
+        f"Please try again in {_seconds(wait)}."
+    )
+    headers = {
+        f"x-ratelimit-limit-{kind}": str(limit),
+        f"x-ratelimit-remaining-{kind}": "0",
+        f"x-ratelimit-reset-{kind}": _duration((limit - level) / per_second),
+    }
+    return RateLimited(message, kind=kind, retry_after_s=wait, headers=headers)
+
+
+def total_refusal(total: int) -> RateLimited:
+    return _no_slot(f"This server has reached its limit of {total} open WebSocket connections.")
+
+
+def key_refusal(per_key: int) -> RateLimited:
+    return _no_slot(f"This API key has reached its limit of {per_key} open WebSocket connections.")
 
 
 def _no_slot(message: str) -> RateLimited:

@@ -1,0 +1,171 @@
+"""One server to its operator: under `hotloop serve --workers N` every scrape of /metrics reports every worker's
+counts (a killed worker's included), and the per-key limits hold for the server as a whole."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from websockets.exceptions import InvalidStatus
+
+from process_support import SIM, ServerProcess, eventually
+from workers_support import one_connection_per_worker, owner_of, workers_of, ws_on_worker
+from wsutil import WS, final
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(server: ServerProcess) -> Samples:
+    """One /metrics on a fresh connection (so on whichever worker the kernel gives it)."""
+    reply = httpx.get(f"http://127.0.0.1:{server.port}/metrics", headers={"connection": "close"}, timeout=10)
+    assert reply.status_code == 200
+    samples: Samples = {}
+    for family in text_string_to_metric_families(reply.text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    wanted = set(labels.items())
+    return sum(value for (found, tags), value in samples.items() if found == name and wanted <= set(tags))
+
+
+def responses(samples: Samples, transport: str) -> float:
+    return total(samples, "hotloop_responses_total", transport=transport)
+
+
+def replaced(server: ServerProcess, victim: int) -> bool:
+    alive = {worker.pid for worker in workers_of(server) if worker.status() != psutil.STATUS_ZOMBIE}
+    return len(alive) == 2 and victim not in alive
+
+
+def test_every_scrape_counts_every_worker_and_a_killed_one_stays_counted(tmp_path: Path) -> None:
+    with ServerProcess(tmp_path, workers=2) as server:
+        workers = workers_of(server)
+        conns = one_connection_per_worker(server, workers)
+        for conn in conns.values():  # both workers serve some of them
+            for n in range(3):
+                conn.create(input=f"kept-alive {n}")
+        for n in range(6):  # and fresh connections wherever the kernel puts them
+            reply = httpx.post(f"{server.base_url}/responses", json={"model": SIM, "input": f"fresh {n}"}, timeout=30)
+            assert reply.status_code == 200, reply.text
+        http_turns = 12
+        victim = next(iter(conns))
+        with ws_on_worker(server, workers, victim) as ws:
+            previous = None
+            for n in range(4):
+                done = final(ws.turn(model=SIM, input=f"turn {n}", previous_response_id=previous))
+                previous = done["id"]
+            open_now = [scrape(server) for _ in range(6)]
+        ws_turns = 4
+        assert [responses(s, "http") for s in open_now] == [http_turns] * 6
+        assert [responses(s, "websocket") for s in open_now] == [ws_turns] * 6
+        assert [total(s, "hotloop_active_connections", transport="websocket") for s in open_now] == [1] * 6
+
+        # The scrape-time readings: the victim's connection cache served three continuations; every scrape
+        # shows them within a second (mirror.py), the other worker's too.
+        def hits(samples: Samples) -> float:
+            return total(samples, "hotloop_cache_lookups_total", cache="connection", result="hit")
+
+        assert eventually(lambda: all(hits(scrape(server)) == ws_turns - 1 for _ in range(4)), timeout=10)
+
+        os.kill(victim, signal.SIGKILL)
+        assert eventually(lambda: replaced(server, victim), timeout=60)
+        after = [scrape(server) for _ in range(6)]
+        assert [responses(s, "http") for s in after] == [http_turns] * 6
+        assert [responses(s, "websocket") for s in after] == [ws_turns] * 6
+        assert [hits(s) for s in after] == [ws_turns - 1] * 6
+        assert [total(s, "hotloop_active_connections", transport="websocket") for s in after] == [0] * 6
+        reply = httpx.post(f"{server.base_url}/responses", json={"model": SIM, "input": "one more"}, timeout=30)
+        assert reply.status_code == 200
+        assert [responses(scrape(server), "http") for _ in range(4)] == [http_turns + 1] * 4
+        assert total(scrape(server), "hotloop_stage_seconds_count", stage="generate") == http_turns + 1 + ws_turns
+
+
+KEYS = "key-a,key-b"
+
+
+def test_a_key_gets_its_requests_a_minute_from_the_server_not_from_each_worker(tmp_path: Path) -> None:
+    limit = 8
+    with ServerProcess(tmp_path, workers=2, api_keys=KEYS, rate_limit_rpm=limit) as server:
+        conns = one_connection_per_worker(server, workers_of(server), key="key-a")
+        outcomes: Counter[int] = Counter()
+        lock = threading.Lock()
+
+        def on_conn(conn_index: int) -> None:
+            conn = list(conns.values())[conn_index]
+            for n in range(limit):  # each worker alone would take all of these
+                status, _ = conn.request("POST", "/responses", {"model": SIM, "input": f"burst {n}"})
+                with lock:
+                    outcomes[status] += 1
+
+        def fresh() -> None:
+            reply = httpx.post(
+                f"{server.base_url}/responses",
+                json={"model": SIM, "input": "fresh"},
+                headers={"Authorization": "Bearer key-a"},
+                timeout=30,
+            )
+            with lock:
+                outcomes[reply.status_code] += 1
+
+        threads = [threading.Thread(target=on_conn, args=(i,)) for i in range(len(conns))]
+        threads += [threading.Thread(target=fresh) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert outcomes == {200: limit, 429: 2 * limit + 6 - limit}
+        other = httpx.post(
+            f"{server.base_url}/responses",
+            json={"model": SIM, "input": "another key"},
+            headers={"Authorization": "Bearer key-b"},
+            timeout=30,
+        )
+        assert other.status_code == 200  # the limit is each key's
+
+
+def _open_websockets(server: ServerProcess) -> float:
+    return total(scrape(server), "hotloop_active_connections", transport="websocket")
+
+
+def test_the_connection_caps_hold_over_every_worker_and_a_dead_one_gives_its_slots_back(tmp_path: Path) -> None:
+    settings = {"api_keys": KEYS, "max_connections_per_key": 3, "max_connections": 4}
+    with ServerProcess(tmp_path, workers=2, **settings) as server:
+        workers = workers_of(server)
+        first, second = workers[0].pid, workers[1].pid
+        held = [ws_on_worker(server, workers, first, key="key-a")]
+        held.append(ws_on_worker(server, workers, second, key="key-a"))
+        assert eventually(lambda: _open_websockets(server) == 2)  # the tries on the wrong worker are closed
+        held.append(WS(server.ws_url, api_key="key-a"))
+        with pytest.raises(InvalidStatus) as refused:
+            WS(server.ws_url, api_key="key-a")
+        assert refused.value.response.status_code == 429
+        assert b"API key has reached its limit of 3" in refused.value.response.body
+        held.append(WS(server.ws_url, api_key="key-b"))  # the fourth of the server's four
+        with pytest.raises(InvalidStatus) as full:
+            WS(server.ws_url, api_key="key-b")
+        assert b"server has reached its limit of 4" in full.value.response.body
+
+        on_first = [owner_of(workers, server.port, ws.conn.socket.getsockname()[1]) == first for ws in held]
+        lost_a = sum(on_first[:3])  # key-a's sockets on the worker about to die (its first one at least)
+
+        os.kill(first, signal.SIGKILL)  # its sockets die with it: the supervisor gives their slots back
+        assert eventually(lambda: replaced(server, first), timeout=60)
+        assert eventually(lambda: _open_websockets(server) == 4 - sum(on_first), timeout=10)
+        fresh = [WS(server.ws_url, api_key="key-a") for _ in range(lost_a)]
+        with pytest.raises(InvalidStatus) as again:
+            WS(server.ws_url, api_key="key-a")
+        assert b"API key has reached its limit of 3" in again.value.response.body
+        for ws in [*held, *fresh]:
+            with contextlib.suppress(Exception):  # the killed worker's sockets are already gone
+                ws.close()
