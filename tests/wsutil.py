@@ -41,9 +41,11 @@ def check_frame(frame: dict[str, Any]) -> None:
 
 
 class WS:
-    def __init__(self, url: str, *, api_key: str | None = None, **kwargs: Any) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
-        self.conn: ClientConnection = connect(url, additional_headers=headers, open_timeout=10, **kwargs)
+    def __init__(
+        self, url: str, *, api_key: str | None = None, headers: dict[str, str] | None = None, **kwargs: Any
+    ) -> None:
+        sent = {**({"Authorization": f"Bearer {api_key}"} if api_key else {}), **(headers or {})}
+        self.conn: ClientConnection = connect(url, additional_headers=sent or None, open_timeout=10, **kwargs)
 
     def __enter__(self) -> WS:
         return self

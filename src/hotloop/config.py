@@ -117,6 +117,10 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     chain_cache_bytes: int = 256 * MiB
     connection_cache_bytes: int = 64 * MiB
     metrics: bool = True
+    otel_traces: bool = False
+    otel_endpoint: str = ""
+    otel_protocol: Literal["", "http/protobuf", "grpc"] = ""
+    otel_content: bool = False
     console: bool = True
     admin_key: str = ""
     log_level: str = "info"
@@ -213,6 +217,13 @@ HELP: dict[str, str] = {
     "chain_cache_bytes": "Byte bound of the in-memory chain cache; least recently used chains go first.",
     "connection_cache_bytes": "Byte bound of all WebSocket connection caches on this process together (LRU).",
     "metrics": "Serve Prometheus metrics on GET /metrics.",
+    "otel_traces": "OpenTelemetry traces over OTLP to the standard OTEL_EXPORTER_OTLP_* variables' collector (also on "
+    "when otel_endpoint or OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT is set; docs/tracing.md).",
+    "otel_endpoint": "OTLP collector for traces (http/protobuf: its base URL, e.g. http://127.0.0.1:4318; grpc: "
+    "host:port or a URL); empty: the standard variables'.",
+    "otel_protocol": "OTLP protocol for traces: http/protobuf or grpc (empty: OTEL_EXPORTER_OTLP_PROTOCOL, else "
+    "http/protobuf).",
+    "otel_content": "Put prompts and outputs on the response spans (gen_ai.input.messages, gen_ai.output.messages).",
     "console": "Serve the web console at / (its live numbers at GET /v1/console/state).",
     "admin_key": "Key for the console's live numbers when api_keys are set (they show every key's usage).",
     "log_level": "Log level of hotloop and uvicorn: debug, info, warning, error.",

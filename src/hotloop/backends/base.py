@@ -42,6 +42,8 @@ class GenerationRequest(msgspec.Struct, kw_only=True):
     # The chain's identity, for replica routing (backends/upstream/routing.py): this response, and the one it continues.
     response_id: str = ""
     previous_response_id: str | None = None
+    # The W3C trace context of this generation's span, for an engine that joins the trace (observability/tracing.py).
+    traceparent: str | None = None
 
 
 class TextDelta(msgspec.Struct):

@@ -10,6 +10,7 @@ end the response; the caller sends them.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import msgspec
@@ -21,6 +22,7 @@ from hotloop.pipeline.resolve import CONTINUABLE, count_calls
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.context import ChainState, Context
 from hotloop.pipeline.state.session import Session
+from hotloop.pipeline.traces import end_trace
 from hotloop.wire.builder import ResponseBuilder, error_body
 from hotloop.wire.events import Event
 from hotloop.wire.response import ErrorInfo
@@ -40,12 +42,14 @@ async def finish(
     """Every step, then the closing events and the terminal one."""
     timings = prepared.timings
     timings.mark("finish")
+    finish_started = time.perf_counter()
     events = builder.close(outcome.status, outcome.usage, reason=outcome.reason, error=outcome.error)
     outcome = await extend_conversation(service, session, prepared, builder, outcome)
     outcome = await persist(service, session, prepared, builder, outcome)
     cache(service, session, prepared, options, outcome)
     timings.add("post_inference", timings.since("finish"))
     meter(service, session, prepared, options)
+    end_trace(prepared, options, finish_started)
     if options.include_timings:
         events.append(builder.timing_metrics(timings.milliseconds()))
     inband = error_body(outcome.error) if outcome.error is not None and options.inband_errors else None
@@ -124,6 +128,7 @@ async def finish_cancelled(
     """The client went away or the response was cancelled (`error` None), or a shutdown cut it (`error`, a
     server failure): keep what finished, never cache it (§3.11). Returns the events that end it, for a consumer
     or a listener that outlives the consumer (a streamed background response cancelled by `POST …/cancel`)."""
+    finish_started = time.perf_counter()
     if error is None:
         events = builder.finish("cancelled", None)
     else:
@@ -135,6 +140,7 @@ async def finish_cancelled(
         except Exception:
             log.exception("could not store cancelled response %s", prepared.response.id)
     meter(service, session, prepared, options)
+    end_trace(prepared, options, finish_started)
     log_finished(prepared, options)
     return events
 

@@ -26,6 +26,7 @@ from hotloop.backends.base import (
 from hotloop.models import Model
 from hotloop.observability.metrics import Metrics
 from hotloop.observability.timings import StageTimings
+from hotloop.observability.tracing import GenerationSpan
 from hotloop.pipeline.merge import DeltaMerger
 from hotloop.pipeline.stall import BackendStalled, StallTimer
 from hotloop.wire.builder import ResponseBuilder
@@ -104,6 +105,10 @@ class Generation:
         first = True
         steers = self.steers
         emitted = 0
+        span = None
+        if timings.trace is not None:  # this generation's span; the engine request carries its traceparent
+            span = timings.trace.generation()
+            self.request.traceparent = span.traceparent
         try:
             # Closing the backend's generator (a stall, a fault, a client gone) stops its work (Backend docs).
             async with contextlib.aclosing(self.model.backend.generate(self.request)) as deltas:
@@ -133,8 +138,19 @@ class Generation:
             self.outcome = self._failure(exc)
         finally:
             stall.close()
+            if span is not None:
+                self._end_span(span)
         for event in _held(builder, merger):  # a failure keeps the text generated so far, merged or not
             yield event
+
+    def _end_span(self, span: GenerationSpan) -> None:
+        trace, outcome = self.timings.trace, self.outcome
+        assert trace is not None
+        error = "cancelled" if outcome is None else (outcome.error.code if outcome.error is not None else None)
+        found: dict[str, Any] = {"gen_ai.response.time_to_first_chunk": self.timings.seconds.get("ttft")}
+        if outcome is not None:
+            found["gen_ai.response.finish_reasons"] = [outcome.reason or outcome.status]
+        trace.end_generation(span, self.model.id, found, error)
 
     def _finished(self, delta: Finished) -> Outcome:
         if delta.engine_ms is not None:  # the engine's own time, as it reported it

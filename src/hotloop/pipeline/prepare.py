@@ -14,6 +14,7 @@ from hotloop.chat.render import Prompt
 from hotloop.ids import new_id
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
+from hotloop.observability.tracing import ResponseTrace
 from hotloop.pipeline import compaction
 from hotloop.pipeline.inputs import Inputs, gather, match_resent, remember
 from hotloop.pipeline.mcp.approvals import approved_calls
@@ -41,10 +42,12 @@ async def start_turn(
     request: CreateRequest,
     options: TurnOptions = DEFAULT_OPTIONS,
     received_at: float | None = None,
+    trace: ResponseTrace | None = None,
 ) -> Turn:
     """Validate, resolve, render and scan (after admission: admission/entry.py); raises `HotloopError`, nothing
-    stored or cached. `received_at` (time.perf_counter()): the request's last byte, where stage timings start."""
-    timings = StageTimings(received_at)
+    stored or cached. `received_at` (time.perf_counter()): the request's last byte, where stage timings start;
+    `trace`: the response's, when tracing is on."""
+    timings = StageTimings(received_at, trace)
     with timings.stage("validate"):
         check_request(request, websocket=options.websocket)
         model = service.models.resolve(request.model)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -56,6 +57,10 @@ class TurnOptions(msgspec.Struct, frozen=True, kw_only=True):
     # Only measured (POST /v1/responses/input_tokens): never run, so nothing is stored and the store is not probed,
     # and its input is not kept for a later resend (pipeline/inputs.py `remember`).
     measure_only: bool = False
+    # Tracing (observability/tracing.py), when on: the incoming `traceparent`'s context (HTTP header, or the
+    # WebSocket upgrade's), and the span of the WebSocket connection the responses link to.
+    trace_parent: Any = None
+    trace_link: Any = None
 
 
 DEFAULT_OPTIONS = TurnOptions()

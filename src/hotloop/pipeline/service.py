@@ -17,6 +17,7 @@ from hotloop.mcp import Clients
 from hotloop.metering.ledger import Ledger
 from hotloop.models import ModelRegistry
 from hotloop.observability.metrics import CacheSize, Metrics
+from hotloop.observability.tracing import Tracing
 from hotloop.pipeline.mcp.declare import allowed, same_server
 from hotloop.pipeline.mcp.recent import RecentCalls
 from hotloop.pipeline.resend import ResendCache
@@ -104,6 +105,10 @@ class Service:
             {"secrets": settings.safety_secrets, "injection": settings.safety_injection}
         )
         self.metrics = Metrics()
+        # OpenTelemetry traces (docs/tracing.md): None while off, so a turn only checks for None.
+        self.tracing = Tracing.configured(
+            settings.otel_endpoint, settings.otel_protocol, settings.otel_traces, settings.otel_content
+        )
         self._metrics_sync: asyncio.Task[None] | None = None
         self.metrics.watch(self._cache_readings, self._gauge_readings, self._cache_sizes)
         self.metrics.watch_replicas(models.replica_readings)
@@ -198,6 +203,8 @@ class Service:
         await self.ledger.drain(timeout=LEDGER_DRAIN_TIMEOUT_S)
         await self.store.close()
         self.tokenize_pool.shutdown(wait=False, cancel_futures=True)
+        if self.tracing is not None:  # the spans still buffered go out (the exporter's own timeout bounds it)
+            await asyncio.to_thread(self.tracing.shutdown)
         if self.metrics.mirror is not None:
             self.metrics.sync()  # the last readings: a stopped worker's counters stay in the totals
         if self.limits is not None:

@@ -221,7 +221,7 @@ class Turn:
 
     def _step_generation(self, request: GenerationRequest) -> Generation:
         """A later step's generation, on its own clock: the turn's `ttft` is its first generation's."""
-        timings = StageTimings()
+        timings = StageTimings(trace=self.prepared.timings.trace)
         timings.mark("inference")
         return self._generation_of(request, timings)
 

@@ -150,7 +150,8 @@ class RequestTimer:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in GENERATION_PATHS:
             await self.app(scope, receive, send)
             return
-        entry = self.engine.record(scope["path"])
+        traceparent = next((value for name, value in scope["headers"] if name == b"traceparent"), b"")
+        entry = self.engine.record(scope["path"], traceparent.decode("latin-1"))
         start = time.perf_counter()
 
         async def timed_send(message: Message) -> None:

@@ -80,6 +80,8 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     # A token-ID request: the ids of the text it generated plus the end-of-turn token, which the prefix cache keeps
     # after its prompt (a continuation that replays the output exactly finds prompt + these cached).
     output_ids: int = 0
+    # The W3C trace context the request came with ("" without one): a gateway's trace reaches the engine.
+    traceparent: str = ""
 
 
 REQUEST_LOG_ENTRIES = 4096
@@ -120,10 +122,10 @@ class Engine:
         self.cache = PrefixCache(self.settings.prefix_cache_entries)
         self.scans = PromptScans(self.chat.tokenizer.decode)
 
-    def record(self, path: str) -> RequestRecord:
+    def record(self, path: str, traceparent: str = "") -> RequestRecord:
         """A new entry in the request log (the timing middleware fills in its time)."""
         self._seq += 1
-        entry = RequestRecord(seq=self._seq, path=path)
+        entry = RequestRecord(seq=self._seq, path=path, traceparent=traceparent)
         self.requests.append(entry)
         return entry
 

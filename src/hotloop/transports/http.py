@@ -90,6 +90,7 @@ async def create_response(request: Request) -> Response:
         inband_errors=bool(create.stream),
         transport="sse" if create.stream else "http",
         include_timings=wants_timings(request.headers),
+        trace_parent=service.tracing.parent(request.headers) if service.tracing is not None else None,
     )
     turn = await admit(service, session, create, options, received_at)
     if turn.response.background:

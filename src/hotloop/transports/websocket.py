@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -34,7 +36,12 @@ class Connection:
     """One accepted WebSocket: its protocol (every decision), its lane workers and its frame writer."""
 
     def __init__(
-        self, websocket: WebSocket, service: Service, session: Session, default_model: str | None = None
+        self,
+        websocket: WebSocket,
+        service: Service,
+        session: Session,
+        default_model: str | None = None,
+        trace: tuple[Any, Any] = (None, None),
     ) -> None:
         self.ws = websocket
         self.service = service
@@ -47,7 +54,12 @@ class Connection:
             lanes=settings.ws_lanes,
         )
         self.protocol = ConnectionProtocol(
-            session, limits, service.drain, default_model=default_model, timings=wants_timings(websocket.headers)
+            session,
+            limits,
+            service.drain,
+            default_model=default_model,
+            timings=wants_timings(websocket.headers),
+            trace=trace,
         )
         self.active = asyncio.Semaphore(settings.ws_max_active)  # responses generating at once (§3.5)
         self.queues: dict[Lane, asyncio.Queue[Work]] = {}
@@ -188,11 +200,19 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         return
     gauge = service.metrics.connections.labels("websocket")
     gauge.inc()
+    span = None
+    trace: tuple[Any, Any] = (None, None)
+    if service.tracing is not None:  # the connection's span; each response's links to it (docs/tracing.md)
+        parent = service.tracing.parent(websocket.headers)
+        span = service.tracing.connection(parent, time.perf_counter())
+        trace = (parent, span.get_span_context())
     try:
         await websocket.accept(subprotocol=selected_subprotocol(websocket.headers))
         session = service.session(owner, caching=True)
         default_model = websocket.query_params.get("model") or None  # other query parameters are ignored (§3.1)
-        await Connection(websocket, service, session, default_model).run()
+        await Connection(websocket, service, session, default_model, trace).run()
     finally:
         gauge.dec()
         release_connection(service, owner)
+        if span is not None:
+            span.end()

@@ -154,7 +154,8 @@ class UpstreamBackend:
             self.router.start(replica)
             try:
                 # aclosing: a consumer that stops early closes the attempt, and with it the upstream connection, now.
-                async with contextlib.aclosing(self._attempt(url, payload, reader)) as deltas:
+                headers = {"traceparent": request.traceparent} if request.traceparent else None
+                async with contextlib.aclosing(self._attempt(url, payload, reader, headers)) as deltas:
                     async for delta in deltas:
                         if isinstance(delta, Finished):  # before it is yielded: a consumer stops at `Finished`
                             self.router.succeeded(replica, request.response_id)
@@ -177,11 +178,13 @@ class UpstreamBackend:
             finally:
                 self.router.end(replica)
 
-    async def _attempt(self, url: str, payload: bytes, reader: StreamReader) -> AsyncGenerator[Delta, None]:
+    async def _attempt(
+        self, url: str, payload: bytes, reader: StreamReader, headers: dict[str, str] | None = None
+    ) -> AsyncGenerator[Delta, None]:
         client = self._http()
         response: aiohttp.ClientResponse | None = None
         try:
-            response = await client.post(url, data=payload)
+            response = await client.post(url, data=payload, headers=headers)
             if response.status >= 400:
                 raise await status_error(url, response)
             content = response.content

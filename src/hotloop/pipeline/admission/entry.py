@@ -18,6 +18,10 @@ Whatever refuses a continuation, its parent is evicted from the requesting lane 
 
 from __future__ import annotations
 
+import time
+
+from hotloop.errors import HotloopError
+from hotloop.observability.tracing import ResponseTrace
 from hotloop.pipeline.prepare import start_turn
 from hotloop.pipeline.prepared import DEFAULT_OPTIONS, TurnOptions
 from hotloop.pipeline.service import Service
@@ -35,15 +39,29 @@ async def admit(
 ) -> Turn:
     """The checks above, then the prepared turn; raises `HotloopError` (or a fault of ours) having evicted a
     continuation's parent from the lane."""
+    trace = _trace(service, options, received_at)
     try:
+        start = time.perf_counter()
         service.drain.check()
         service.rate_limiter.admit(session.owner)
         if request.store is not False and not options.measure_only:  # a measured turn stores nothing
             await service.store.ensure_available()
-        return await start_turn(service, session, request, options, received_at)
-    except Exception:
+        if trace is not None:
+            trace.intervals.append(("admission", start, time.perf_counter()))
+        return await start_turn(service, session, request, options, received_at, trace)
+    except Exception as exc:
         session.evict(options.lane, request.previous_response_id)
+        if trace is not None:  # a refused create's span says why
+            code = exc.code if isinstance(exc, HotloopError) else type(exc).__name__
+            trace.end(f"chat {request.model}", {"gen_ai.request.model": request.model}, error=code)
         raise
+
+
+def _trace(service: Service, options: TurnOptions, received_at: float | None) -> ResponseTrace | None:
+    if service.tracing is None or options.measure_only:  # a measured create is no response
+        return None
+    started = time.perf_counter() if received_at is None else received_at
+    return service.tracing.response(options.trace_parent, options.trace_link, started)
 
 
 def admit_connection(service: Service, owner: str) -> None:

@@ -71,6 +71,7 @@ class ConnectionProtocol:
         default_model: str | None = None,
         timings: bool = False,
         clock: Clock = time.monotonic,
+        trace: tuple[Any, Any] = (None, None),
     ) -> None:
         self.session = session
         self.router = LaneRouter(limits, clock)
@@ -78,6 +79,8 @@ class ConnectionProtocol:
         self.responses = Responses()
         self.default_model = default_model  # `?model=` on the upgrade URL (§3.1)
         self.timings = timings  # the upgrade asked for `hotloop:timing_metrics`
+        # Tracing, when on: the upgrade's `traceparent` context, and the connection's span its responses link to.
+        self.trace_parent, self.trace_link = trace
         self.busy = 0  # work queued or running
         self.limit_sent = False  # the age limit's error went out (a close sends it only if not)
         self.closed = False
@@ -261,7 +264,13 @@ class ConnectionProtocol:
 
     def _options(self, lane: Lane) -> TurnOptions:
         return TurnOptions(
-            websocket=True, lane=lane, stream_id=lane, transport="websocket", include_timings=self.timings
+            websocket=True,
+            lane=lane,
+            stream_id=lane,
+            transport="websocket",
+            include_timings=self.timings,
+            trace_parent=self.trace_parent,
+            trace_link=self.trace_link,
         )
 
     # -- lifetime (§3.11) -----------------------------------------------------------------------------------------
