@@ -101,7 +101,7 @@ def _number(browser: Browser, element: str) -> float:
 
 
 def test_console_in_chromium_shows_live_numbers_and_the_playground_streams(browser: Browser, tmp_path: Path) -> None:
-    running = start_server(tmp_path, models=["hotloop-sim"], sim_ttft_ms=2.0, sim_tps=4000.0)
+    running = start_server(tmp_path, models=["hotloop-sim"], sim_ttft_ms=2.0, sim_tps=4000.0, console_sample_s=0.5)
     bench_command = [
         *(sys.executable, "-m", "hotloop", "bench", "agent-loop", "--base-url", running.base_url),
         *("--modes", "ws,http-chain", "--turns", "12", "--context-tokens", "4000", "--runs", "2", "--tool-ms", "20"),
@@ -121,6 +121,7 @@ def test_console_in_chromium_shows_live_numbers_and_the_playground_streams(brows
             _, errors = bench.communicate(timeout=120)
         assert bench.returncode == 0, errors
         browser.wait_for("document.querySelector('#caches tbody tr') !== null")
+        _check_time_series(browser, running)
 
         browser.evaluate("document.getElementById('pg-input').value = 'Hello from the console'")
         browser.evaluate("document.getElementById('pg-form').requestSubmit()")
@@ -140,6 +141,23 @@ def test_console_in_chromium_shows_live_numbers_and_the_playground_streams(brows
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         running.stop()
+
+
+def _check_time_series(browser: Browser, running: RunningServer) -> None:
+    """The last hour's charts: the benchmark's turns and their API time drawn, and a failed response counted."""
+    with running.http() as http:
+        crash = {"input": "fail", "metadata": {"hotloop_sim_fault": "crash"}}
+        failed = http.post("/responses", json=crash)
+        assert failed.status_code == 500 and failed.json()["error"]["code"] == "server_error", failed.text
+        points = http.get("/console/state").json()["history"]["points"]
+    assert max(point["turns_per_s"] for point in points) > 0
+    assert any(point["overhead_p99_ms"] for point in points)
+    line = "document.querySelector('#chart-{}').querySelectorAll('polyline')[{}].getAttribute('points').split(' ')"
+    browser.wait_for(f"{line.format('turns', 0)}.length >= 3")
+    assert browser.evaluate(f"{line.format('overhead', 1)}.length") >= 2  # p99 beside p50
+    # the failure shows in its chart: a point above the baseline, within a step or two
+    browser.wait_for(f"{line.format('errors', 0)}.some((xy) => parseFloat(xy.split(',')[1]) < 58)", timeout=10)
+    assert "max 1" in browser.evaluate("document.querySelector('#chart-errors .latest').textContent")
 
 
 def test_the_playground_shows_reasoning_as_it_streams(browser: Browser, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import signal
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -32,6 +33,13 @@ def scrape(server: ServerProcess) -> Samples:
         for sample in family.samples:
             samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return samples
+
+
+def console(server: ServerProcess) -> dict[str, Any]:
+    reply = httpx.get(f"{server.base_url}/console/state", headers={"connection": "close"}, timeout=10)
+    assert reply.status_code == 200
+    state: dict[str, Any] = reply.json()
+    return state
 
 
 def total(samples: Samples, name: str, **labels: str) -> float:
@@ -70,6 +78,8 @@ def test_every_scrape_counts_every_worker_and_a_killed_one_stays_counted(tmp_pat
         assert [responses(s, "http") for s in open_now] == [http_turns] * 6
         assert [responses(s, "websocket") for s in open_now] == [ws_turns] * 6
         assert [total(s, "hotloop_active_connections", transport="websocket") for s in open_now] == [1] * 6
+        consoles = [console(server) for _ in range(6)]  # the console's numbers are the server's too
+        assert [state["responses"]["total"] for state in consoles] == [http_turns + ws_turns] * 6
 
         # The scrape-time readings: the victim's connection cache served three continuations; every scrape
         # shows them within a second (mirror.py), the other worker's too.

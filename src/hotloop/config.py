@@ -122,6 +122,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     otel_protocol: Literal["", "http/protobuf", "grpc"] = ""
     otel_content: bool = False
     console: bool = True
+    console_sample_s: float = 10.0
     admin_key: str = ""
     log_level: str = "info"
     log_format: Literal["json", "text"] = "json"
@@ -225,6 +226,7 @@ HELP: dict[str, str] = {
     "http/protobuf).",
     "otel_content": "Put prompts and outputs on the response spans (gen_ai.input.messages, gen_ai.output.messages).",
     "console": "Serve the web console at / (its live numbers at GET /v1/console/state).",
+    "console_sample_s": "Seconds between two points of the console's time series (an hour of them is kept).",
     "admin_key": "Key for the console's live numbers when api_keys are set (they show every key's usage).",
     "log_level": "Log level of hotloop and uvicorn: debug, info, warning, error.",
     "log_format": "json (one object per line, with request, connection and response ids) or text.",

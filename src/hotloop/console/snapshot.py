@@ -10,6 +10,9 @@ import time
 from collections import defaultdict
 from typing import Any
 
+import msgspec
+
+from hotloop.observability.metrics import Samples
 from hotloop.pipeline.service import Service
 
 OWNER_PREFIX = 12  # characters of the owner tag shown: enough to tell keys apart, useless to guess one
@@ -20,7 +23,7 @@ def owner_label(owner: str) -> str:
 
 
 def snapshot(service: Service) -> dict[str, Any]:
-    readings = _metric_samples(service)
+    readings = service.metrics.samples()  # every worker's, under a supervisor
     return {
         "time": time.time(),
         "uptime_s": round(time.time() - service.started_at, 1),
@@ -33,19 +36,17 @@ def snapshot(service: Service) -> dict[str, Any]:
         "connections": _connections(service),
         "ledger": _ledger(service),
         "mcp": _mcp(service, readings),
+        "history": {
+            "step_s": service.history.step_s,
+            "points": [msgspec.structs.asdict(p) for p in service.history.points],
+        },
     }
 
 
-Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
-
-
-def _metric_samples(service: Service) -> Samples:
-    """Every sample /metrics serves (every worker's, under a supervisor): name -> {sorted labels -> value}."""
-    samples: Samples = defaultdict(dict)
-    for family in service.metrics.collect():
-        for sample in family.samples:
-            samples[sample.name][tuple(sorted(sample.labels.items()))] = sample.value
-    return samples
+def _history(service: Service) -> dict[str, Any]:
+    """The last hour's points, oldest first (observability/history.py)."""
+    history = service.history
+    return {"step_s": history.step_s, "points": [msgspec.structs.asdict(point) for point in history.points]}
 
 
 def _responses(readings: Samples) -> dict[str, Any]:
@@ -89,7 +90,10 @@ def _gauges(readings: Samples) -> dict[str, float]:
     """The other readings, one row per label set (`cache_bytes{cache=chain}`), without the histogram and counter
     series shown in their own panels."""
     # The MCP call time is the `mcp_call` stage already; its own histogram's buckets would only crowd this panel.
-    shown_elsewhere = ("hotloop_stage_seconds", "hotloop_responses", "hotloop_cache_lookups", "hotloop_mcp_")
+    shown_elsewhere = (
+        *("hotloop_stage_seconds", "hotloop_responses", "hotloop_cache_lookups", "hotloop_mcp_"),
+        "hotloop_turn_overhead_seconds",  # the time series' API time per turn
+    )
     gauges: dict[str, float] = {}
     for name, values in sorted(readings.items()):
         if name.startswith(shown_elsewhere) or name.endswith("_created"):

@@ -11,6 +11,7 @@ gauges summed over the live workers, and the scrape-time readings reach it throu
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
@@ -152,6 +153,7 @@ def _size_families(sizes: dict[str, CacheSize]) -> Iterator[Metric]:
     yield from (held, bound, entries, evictions)
 
 
+Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
 SHARED_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own name: it reads it when first imported
 
 
@@ -171,6 +173,12 @@ class Metrics:
         self._response_children: dict[tuple[str, str, str], Any] = {}
         self.stage_seconds = Histogram(
             "hotloop_stage_seconds", "Server time per turn stage.", ["stage"], buckets=BUCKETS, registry=self.registry
+        )
+        self.overhead_seconds = Histogram(
+            "hotloop_turn_overhead_seconds",
+            "The API's own time per finished turn: pre_inference + post_inference.",
+            buckets=BUCKETS,
+            registry=self.registry,
         )
         self.responses = Counter(
             "hotloop_responses",
@@ -263,6 +271,8 @@ class Metrics:
             if child is None:  # `labels()` takes a lock and builds a key each call: once per stage is enough
                 child = children[stage] = self.stage_seconds.labels(stage)
             child.observe(seconds)
+        overhead = timings.seconds.get("pre_inference", 0.0) + timings.seconds.get("post_inference", 0.0)
+        self.overhead_seconds.observe(overhead)
 
     def count_response(self, model: str, status: str, transport: str) -> None:
         key = (model, status, transport)
@@ -278,6 +288,14 @@ class Metrics:
             return self.registry.collect()
         self.sync()
         return MultiProcessCollector(None, self.shared_dir).collect()
+
+    def samples(self) -> Samples:
+        """Every sample `collect` gives: name -> {sorted (label, value) pairs -> value}."""
+        found: Samples = defaultdict(dict)
+        for family in self.collect():
+            for sample in family.samples:
+                found[sample.name][tuple(sorted(sample.labels.items()))] = sample.value
+        return found
 
     def sync(self) -> None:
         """Copy this worker's scrape-time readings into the shared files (a no-op for a single process)."""

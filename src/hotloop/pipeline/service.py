@@ -16,6 +16,7 @@ from hotloop.config import Settings
 from hotloop.mcp import Clients
 from hotloop.metering.ledger import Ledger
 from hotloop.models import ModelRegistry
+from hotloop.observability.history import History
 from hotloop.observability.metrics import CacheSize, Metrics
 from hotloop.observability.tracing import Tracing
 from hotloop.pipeline.mcp.declare import allowed, same_server
@@ -110,6 +111,9 @@ class Service:
             settings.otel_endpoint, settings.otel_protocol, settings.otel_traces, settings.otel_content
         )
         self._metrics_sync: asyncio.Task[None] | None = None
+        # The console's last hour (observability/history.py), read from the server's metrics every step.
+        self.history = History(max(0.05, settings.console_sample_s))
+        self._history_task: asyncio.Task[None] | None = None
         self.metrics.watch(self._cache_readings, self._gauge_readings, self._cache_sizes)
         self.metrics.watch_replicas(models.replica_readings)
         self.metrics.watch_kv(models.kv_readings)
@@ -177,8 +181,19 @@ class Service:
         # A response deleted or expired on any replica leaves this one's caches; after a gap in the feed, every
         # cached chain that might have been deleted does.
         self.store.start(self.forget, self.forget_reloadable)
+        loop = asyncio.get_running_loop()
         if self.metrics.mirror is not None:
-            self._metrics_sync = asyncio.get_running_loop().create_task(self._sync_metrics(), name="hotloop-metrics")
+            self._metrics_sync = loop.create_task(self._sync_metrics(), name="hotloop-metrics")
+        if self.settings.console:
+            self._history_task = loop.create_task(self._sample_history(), name="hotloop-history")
+
+    async def _sample_history(self) -> None:
+        while True:
+            try:
+                self.history.sample(self.metrics.samples(), time.time())
+            except Exception:  # a reading that fails once must not stop the next ones
+                metrics_log.exception("could not sample the console's time series")
+            await asyncio.sleep(self.history.step_s)
 
     async def _sync_metrics(self) -> None:
         """Keep this worker's scrape-time readings fresh for the scrapes other workers answer."""
@@ -190,8 +205,9 @@ class Service:
                 metrics_log.exception("could not sync the metrics readings")
 
     async def close(self) -> None:
-        if self._metrics_sync is not None:
-            self._metrics_sync.cancel()
+        for periodic in (self._metrics_sync, self._history_task):
+            if periodic is not None:
+                periodic.cancel()
         for task in list(self.background.values()):
             task.cancel()
         if self.background:

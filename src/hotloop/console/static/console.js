@@ -102,6 +102,40 @@ function renderMcp(mcp) {
   ]));
 }
 
+// The last hour as time series (GET /v1/console/state `history`: a point per `step_s`, the server's numbers).
+const CHARTS = [
+  ["chart-turns", ["turns_per_s"], (v) => fmtNumber(v)],
+  ["chart-overhead", ["overhead_p50_ms", "overhead_p99_ms"], (v) => fmtSeconds(v / 1e3)],
+  ["chart-errors", ["errors"], (v) => fmtNumber(v)],
+  ["chart-connections", ["connections"], (v) => fmtNumber(v)],
+];
+const SPAN_S = 3600;
+
+function renderHistory(history) {
+  const points = history.points;
+  $("history-note").textContent = points.length
+    ? `(a point every ${history.step_s} s, every worker's numbers)` : "(the first point comes after one step)";
+  if (!points.length) return;
+  // The window grows with the points until it is an hour wide.
+  const end = points[points.length - 1].time, start = Math.max(points[0].time, end - SPAN_S);
+  const x = (time) => (end > start ? 300 * (time - start) / (end - start) : 300).toFixed(1);
+  for (const [id, fields, format] of CHARTS) {
+    const chart = $(id), svg = chart.querySelector("svg");
+    const values = points.flatMap((point) => fields.map((field) => point[field])).filter((v) => v !== null);
+    const peak = Math.max(1e-9, ...values);
+    svg.replaceChildren(...fields.map((field, index) => {
+      const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+      line.setAttribute("points", points.filter((point) => point[field] !== null)
+        .map((point) => `${x(point.time)},${(58 - 56 * point[field] / peak).toFixed(1)}`).join(" "));
+      if (index) line.setAttribute("class", "second");
+      return line;
+    }));
+    const last = points[points.length - 1];
+    chart.querySelector(".latest").textContent =
+      fields.map((field) => last[field] === null ? "–" : format(last[field])).join(" · ") + ` (max ${format(peak)})`;
+  }
+}
+
 function render(state) {
   const total = state.responses.total;
   if (previous && state.time > previous.time) {
@@ -121,6 +155,7 @@ function render(state) {
     [conn.owner, fmtAge(conn.age_s), conn.lanes.map((l) => `${l.lane}: ${l.response_id.slice(0, 14)}… · ${l.items}`).join("  |  ") || "(idle)"]));
   fillRows("gauges", Object.entries(state.gauges).map(([name, value]) => [name, fmtNumber(value)]));
   renderMcp(state.mcp);
+  renderHistory(state.history);
   const select = $("pg-model");
   if (!select.options.length) {
     for (const model of state.models) select.add(new Option(model, model));
