@@ -143,6 +143,15 @@ def test_a_websocket_connection_is_a_span_its_responses_link_to(traced: tuple[Ru
         assert span.end_time_unix_nano <= connection.end_time_unix_nano
 
 
+def check_engine_request(engine: SimEngineProcess, received: Received, response_id: str) -> None:
+    """The engine's latest request came with the traceparent of that response's generate span."""
+    span, children = response_span(received, response_id)
+    generate = next(child for child in children if child.name == "generate up")
+    sent = engine.http.get("/stats/requests").json()["requests"][-1]["traceparent"]
+    assert sent[:-2] == f"00-{span.trace_id.hex()}-{generate.span_id.hex()}-"
+    assert int(sent[-2:], 16) & 1  # sampled
+
+
 def test_the_engine_request_carries_the_generation_span_over_grpc(tmp_path: Path) -> None:
     engine = SimEngineProcess(tps=5000).wait_ready()
     try:
@@ -160,19 +169,22 @@ def test_the_engine_request_carries_the_generation_span_over_grpc(tmp_path: Path
             try:
                 with server.http() as http:
                     reply = http.post("/responses", json={"model": "up", "input": "Hello engine"})
-                assert reply.status_code == 200
-                response = reply.json()
-                span, children = response_span(received, response["id"])
+                    assert reply.status_code == 200
+                    response = reply.json()
+                    check_engine_request(engine, received, response["id"])
+                    body = {"model": "up", "input": "Streamed", "stream": True}
+                    with http.stream("POST", "/responses", json=body) as stream:
+                        lines = [line for line in stream.iter_lines() if line.startswith("data: {")]
+                    check_engine_request(engine, received, json.loads(lines[-1][6:])["response"]["id"])
+                with WS(server.ws_url) as ws:
+                    check_engine_request(engine, received, final(ws.turn(model="up", input="Over a socket"))["id"])
+                span, _ = response_span(received, response["id"])
             finally:
                 server.stop()
-        generate = next(child for child in children if child.name == "generate up")
         found = attributes(span)
         assert found["gen_ai.provider.name"] == "openai"
         assert "Hello engine" in found["gen_ai.input.messages"]  # otel_content: the content is on the span
         assert response["output"][0]["content"][0]["text"] in found["gen_ai.output.messages"]
-        sent = engine.http.get("/stats/requests").json()["requests"][-1]["traceparent"]
-        assert sent[:-2] == f"00-{span.trace_id.hex()}-{generate.span_id.hex()}-"
-        assert int(sent[-2:], 16) & 1  # sampled
     finally:
         engine.stop()
 
