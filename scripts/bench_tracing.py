@@ -20,7 +20,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import msgspec
+from bench_turn import continuation  # the same turns as scripts/bench_turn.py (run from the repository root)
 
 from hotloop.config import Settings
 from hotloop.pipeline.admission.entry import admit
@@ -28,7 +28,7 @@ from hotloop.pipeline.prepared import TurnOptions
 from hotloop.transports.app import build_service
 from hotloop.wire.request import decode_create
 
-CHAIN, WARMUP = 200, 300
+WARMUP = 300
 
 
 class Sink(BaseHTTPRequestHandler):
@@ -61,16 +61,7 @@ async def run(settings: Settings, turns: int) -> tuple[float, float, float]:
     for index in range(turns + WARMUP):
         if index == WARMUP:
             process_start = time.process_time()
-        body: dict[str, Any] = {
-            "type": "response.create",
-            "model": "hotloop-sim",
-            "input": [{"role": "user", "content": f"continue {index} " + "x" * 200}],
-            "store": False,
-            "metadata": {"sim_output_tokens": "20", "sim_tool_calls": "0"},
-        }
-        if previous and index % CHAIN:
-            body["previous_response_id"] = previous
-        data = msgspec.json.encode(body)
+        data = continuation(index, previous)
         wall, cpu = time.perf_counter(), time.thread_time()
         turn = await admit(service, session, decode_create(data), options)
         async for _ in turn.events():

@@ -25,6 +25,20 @@ from hotloop.wire.request import decode_create
 TURNS, CHAIN, WARMUP = 3000, 200, 500
 
 
+def continuation(index: int, previous: str | None) -> bytes:
+    """The `index`th turn's `response.create`: chains of CHAIN turns, each continuing the one before."""
+    body: dict[str, Any] = {
+        "type": "response.create",
+        "model": "hotloop-sim",
+        "input": [{"role": "user", "content": f"continue {index} " + "x" * 200}],
+        "store": False,
+        "metadata": {"sim_output_tokens": "20", "sim_tool_calls": "0"},
+    }
+    if previous and index % CHAIN:
+        body["previous_response_id"] = previous
+    return msgspec.json.encode(body)
+
+
 async def main(label: str) -> None:
     settings = Settings(
         data_dir=tempfile.mkdtemp(),
@@ -41,16 +55,7 @@ async def main(label: str) -> None:
     previous: str | None = None
     times: list[float] = []
     for index in range(TURNS):
-        body: dict[str, Any] = {
-            "type": "response.create",
-            "model": "hotloop-sim",
-            "input": [{"role": "user", "content": f"continue {index} " + "x" * 200}],
-            "store": False,
-            "metadata": {"sim_output_tokens": "20", "sim_tool_calls": "0"},
-        }
-        if previous and index % CHAIN:
-            body["previous_response_id"] = previous
-        data = msgspec.json.encode(body)
+        data = continuation(index, previous)
         start = time.perf_counter()
         turn = await start_turn(service, session, decode_create(data), options)
         async for _ in turn.events():
