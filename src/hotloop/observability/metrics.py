@@ -169,6 +169,7 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.shared_dir = os.environ.get(SHARED_DIR_ENV) or None  # every worker's values, when set
         self.mirror = Mirror() if self.shared_dir else None
+        self.finished = 0  # responses counted so far: whether anything moved since the last sync
         self._stage_children: dict[str, Any] = {}
         self._response_children: dict[tuple[str, str, str], Any] = {}
         self.stage_seconds = Histogram(
@@ -280,6 +281,7 @@ class Metrics:
         if child is None:
             child = self._response_children[key] = self.responses.labels(*key)
         child.inc()
+        self.finished += 1
 
     def collect(self) -> Iterable[Metric]:
         """Every family: this process's, or with a shared directory every worker's (this one's readings synced

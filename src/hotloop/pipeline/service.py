@@ -32,7 +32,10 @@ from hotloop.safety import SafetyStage
 from hotloop.stores.base import Store
 
 LEDGER_DRAIN_TIMEOUT_S = 30.0
-METRICS_SYNC_S = 1.0  # how stale another worker's scrape-time readings may be (observability/mirror.py)
+# How stale another worker's scrape-time readings may be (observability/mirror.py): a second while it serves, ten
+# while it is idle (nothing finished since the last sync), so an idle server stays nearly silent.
+METRICS_SYNC_S = 1.0
+METRICS_IDLE_SYNC_S = 10.0
 log = logging.getLogger("hotloop.store")
 metrics_log = logging.getLogger("hotloop.metrics")
 
@@ -84,13 +87,10 @@ class Service:
         self.connection_states: StateLRU[tuple[int, Lane]] = StateLRU(settings.connection_cache_bytes)
         # Admission (docs/operations.md): per-key rate limits, WebSocket connection slots, the shutdown drain.
         self.limits = limits
-        self.rate_limiter = RateLimiter(settings.rate_limit_rpm, settings.rate_limit_tpm)
-        self.connection_slots = ConnectionSlots(settings.max_connections, settings.max_connections_per_key)
-        if limits is not None:
-            self.rate_limiter = SharedRateLimiter(limits, settings.rate_limit_rpm, settings.rate_limit_tpm)
-            self.connection_slots = SharedConnectionSlots(
-                limits, settings.max_connections, settings.max_connections_per_key
-            )
+        rates = (settings.rate_limit_rpm, settings.rate_limit_tpm)
+        caps = (settings.max_connections, settings.max_connections_per_key)
+        self.rate_limiter = RateLimiter(*rates) if limits is None else SharedRateLimiter(limits, *rates)
+        self.connection_slots = ConnectionSlots(*caps) if limits is None else SharedConnectionSlots(limits, *caps)
         self.drain = Drain()
         # The MCP servers' sessions, reused by key and server (pipeline/mcp/, docs/mcp.md).
         self.mcp = Clients(
@@ -197,8 +197,13 @@ class Service:
 
     async def _sync_metrics(self) -> None:
         """Keep this worker's scrape-time readings fresh for the scrapes other workers answer."""
+        synced, idle = self.metrics.finished, 0.0
         while True:
             await asyncio.sleep(METRICS_SYNC_S)
+            idle += METRICS_SYNC_S
+            if self.metrics.finished == synced and idle < METRICS_IDLE_SYNC_S:
+                continue
+            synced, idle = self.metrics.finished, 0.0
             try:
                 self.metrics.sync()
             except Exception:  # a reading that fails once must not stop the next ones
