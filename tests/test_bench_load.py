@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,6 +51,26 @@ def test_against_its_own_server_process(tmp_path: Path, capsys: pytest.CaptureFi
     assert result["largest_connections_under_target"] in (None, 4)
     table = capsys.readouterr().out
     assert "overhead p50/p99 ms" in table and "largest connection count" in table and "CPU ms/turn" in table
+    _check_cores(result, table)
+
+
+def _check_cores(result: dict[str, Any], table: str) -> None:
+    """With two cores or more, the server and the load generator ran on different ones, as the OS reported them
+    during the run; each side's busy share is of its own cores, and the run says which side was the limit."""
+    available = sorted(os.sched_getaffinity(0))
+    for run in result["runs"]:
+        cores = run["cores"]
+        assert run["client_cpu_share"] > 0 and run["server_cpu_share"] > 0
+        assert run["limit"] in ("server", "load generator", "neither")
+        assert f"limit: {run['limit']}" in table
+        if len(available) < 2:
+            assert result["config"]["pin"] == "off" and cores["server"] == cores["client"] == available
+            continue
+        assert result["config"]["pin"] == "auto"
+        assert cores["server"] and cores["client"] and not set(cores["server"]) & set(cores["client"])
+        assert sorted(cores["server"] + cores["client"]) == available
+        assert result["config"]["workers"] == len(cores["server"])  # the report: one worker per server core
+    assert os.sched_getaffinity(0) == set(available)  # this process has all its cores back
 
 
 def test_in_front_of_an_upstream_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -299,6 +299,13 @@ def _load_parser(scenarios: argparse._SubParsersAction[argparse.ArgumentParser])
         help="also run each load against a floor server: the same uvicorn stack with no pipeline, replaying the "
         "events of a rollout recorded from hotloop at the same model pacing; reports hotloop / floor ratios",
     )
+    load.add_argument(
+        "--pin",
+        choices=("auto", "off"),
+        default="auto",
+        help="auto: with two or more cores, run the server and this load generator on different cores (a quarter "
+        "of them, at least one, for the generator); off: both wherever the OS puts them",
+    )
     load.add_argument("--json", metavar="PATH", help="write the results as JSON")
     load.add_argument("--base-url", metavar="URL", help="load a running server (e.g. http://127.0.0.1:8000/v1) instead")
     load.add_argument("--server-pid", type=int, metavar="PID", help="with --base-url: measure this process's CPU")
@@ -369,26 +376,33 @@ def run_bench(args: argparse.Namespace) -> int:
 def _run_load(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
     """Each connection count against a fresh server process (or against --base-url); with --floor, then against a
     fresh floor server replaying a rollout recorded once from the first hotloop server."""
+    from hotloop.bench.cores import pinned, split
     from hotloop.bench.load import floor_ratios, load_result, run_load
     from hotloop.bench.recording import record_rollout
 
     if args.floor and args.upstream:
         raise BenchError("--floor replays hotloop-sim's turns: not with --upstream")
+    # A server of ours and this generator on different cores (bench/cores.py); a --base-url server is left alone.
+    cores = split() if args.pin == "auto" and not args.base_url else None
+    server_cpus = cores.server if cores is not None else None
     runs = []
     recording: Recording | None = None
-    for count in args.sweep or (args.connections,):
-        config = _load_config(args, count)
-        with _load_target(args, count) as (url, api_key, pid):
-            if args.floor and recording is None:
-                recording = _run(record_rollout(url, config, api_key))
-            run = _run(run_load(url, config, api_key, progress, pid))
-        if recording is not None:
-            run["floor"] = _floor_run(config, recording, progress)
-            run["vs_floor"] = floor_ratios(run, run["floor"])
-        runs.append(run)
+    with pinned(cores.client if cores is not None else None):
+        for count in args.sweep or (args.connections,):
+            config = _load_config(args, count)
+            with _load_target(args, count, server_cpus) as (url, api_key, pid):
+                if args.floor and recording is None:
+                    recording = _run(record_rollout(url, config, api_key))
+                run = _run(run_load(url, config, api_key, progress, pid))
+            if recording is not None:
+                run["floor"] = _floor_run(config, recording, progress, server_cpus)
+                run["vs_floor"] = floor_ratios(run, run["floor"])
+            runs.append(run)
     progress.done()
-    result = load_result(config, runs, args.p99_target_ms, args.workers or available_cores())
+    workers = args.workers or (len(server_cpus) if server_cpus else available_cores())
+    result = load_result(config, runs, args.p99_target_ms, workers)
     result["config"]["floor"] = bool(args.floor)
+    result["config"]["pin"] = args.pin if cores is not None else "off"
     return result
 
 
@@ -411,8 +425,11 @@ def _load_config(args: argparse.Namespace, count: int) -> LoadConfig:
 
 
 @contextlib.contextmanager
-def _load_target(args: argparse.Namespace, count: int) -> Iterator[tuple[str, str | None, int | None]]:
-    """The server a load run talks to: (base URL, API key, pid to measure), --base-url or a fresh server process."""
+def _load_target(
+    args: argparse.Namespace, count: int, cpus: frozenset[int] | None = None
+) -> Iterator[tuple[str, str | None, int | None]]:
+    """The server a load run talks to: (base URL, API key, pid to measure), --base-url or a fresh server process
+    (on `cpus`, if given)."""
     from hotloop.bench.server_process import ServerProcess
 
     if args.base_url:
@@ -430,16 +447,19 @@ def _load_target(args: argparse.Namespace, count: int) -> Iterator[tuple[str, st
         settings["upstreams"] = msgspec.json.encode({UPSTREAM_MODEL: upstream}).decode()
     if args.store_url:
         settings["store_url"] = args.store_url
-    with ServerProcess(**settings) as server:
+    with ServerProcess(cpus, **settings) as server:
         yield server.base_url, None, server.pid
 
 
-def _floor_run(config: LoadConfig, recording: Recording, progress: Progress) -> dict[str, Any]:
-    """The same load against the floor server (bench/floor.py), its tool outputs sized with hotloop's chars/token."""
+def _floor_run(
+    config: LoadConfig, recording: Recording, progress: Progress, cpus: frozenset[int] | None = None
+) -> dict[str, Any]:
+    """The same load against the floor server (bench/floor.py), its tool outputs sized with hotloop's chars/token,
+    on the same cores as hotloop's server."""
     from hotloop.bench.load import run_load
     from hotloop.bench.server_process import FloorProcess
 
-    with FloorProcess(recording) as floor:
+    with FloorProcess(recording, cpus) as floor:
         job = run_load(floor.base_url, config, None, progress, floor.pid, cpt=recording.chars_per_token, label="floor")
         return _run(job)
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from hotloop.bench.agent_loop import model_ms, run_rollout
 from hotloop.bench.chars import chars_per_token
 from hotloop.bench.clients import BenchError, WsClient
+from hotloop.bench.cores import cores_of, limit
 from hotloop.bench.load_config import LoadConfig, loop_config, session_fields
 from hotloop.bench.progress import Progress
 from hotloop.bench.scenario import Rollout
@@ -127,6 +128,7 @@ async def run_load(
     result["client_cpu_s"] = client_cpu
     result.update(_server_figures(monitor, wall_s, result["turns"]))
     result["server_idle_cpu_ms_per_s"] = idle
+    result.update(_shares(server_pid, result["server_cpu_percent"], client_cpu, wall_s))
     progress.update(f"{label}: {_line(result)}", final=True)
     return result
 
@@ -153,6 +155,20 @@ def _server_figures(monitor: ResourceMonitor | None, wall_s: float, turns: int) 
         "server_cpu_ms_per_turn": monitor.cpu_s * 1000.0 / turns if turns else None,
         "server_cpu_percent": 100.0 * monitor.cpu_s / wall_s,
         "server_peak_rss_mib": monitor.peak_rss / 2**20,
+    }
+
+
+def _shares(server_pid: int | None, server_percent: float | None, client_cpu: float, wall_s: float) -> dict[str, Any]:
+    """Where each side ran and how much of its cores' time it used (0-1), and which one was the limit."""
+    client_cores = cores_of(os.getpid()) or []
+    server_cores = cores_of(server_pid) if server_pid else None
+    client_share = client_cpu / wall_s / max(1, len(client_cores))
+    server_share = server_percent / 100 / len(server_cores) if server_percent is not None and server_cores else None
+    return {
+        "cores": {"server": server_cores, "client": client_cores},
+        "server_cpu_share": server_share,
+        "client_cpu_share": client_share,
+        "limit": limit(server_share, client_share),
     }
 
 
@@ -202,6 +218,9 @@ def _line(result: dict[str, Any]) -> str:
         line += f", server CPU {result['server_cpu_ms_per_turn']:.2f} ms/turn"
     if result["server_idle_cpu_ms_per_s"] is not None:
         line += f" (idle {result['server_idle_cpu_ms_per_s']:.1f} ms/s)"
+    line += f", client {100 * result['client_cpu_share']:.0f}% of its cores"
+    if result["limit"] == "load generator":
+        line += " (the load generator was the limit, not the server)"
     return line
 
 

@@ -232,7 +232,23 @@ def load_table(result: dict[str, Any]) -> str:
     errors = [message for run in result["runs"] for message in run["error_messages"]]
     errors += [message for run in result["runs"] for message in (run.get("floor") or {}).get("error_messages", [])]
     tail = "".join(f"\n  error: {message}" for message in errors[:10])
-    return f"{head}\n{_table(header, rows)}\n{legend}\n{verdict}{_floor_lines(result)}{tail}"
+    return f"{head}\n{_table(header, rows)}\n{legend}\n{verdict}{_cores_lines(result)}{_floor_lines(result)}{tail}"
+
+
+def _cores_lines(result: dict[str, Any]) -> str:
+    """Where each side ran, how busy each kept its cores, and the runs the load generator held back."""
+    lines = []
+    for run in result["runs"]:
+        cores = run.get("cores") or {}
+        server = run.get("server_cpu_share")
+        busy = f"server {100 * server:.0f}%" if server is not None else "server ?"
+        line = (
+            f"\n{run['connections']} connections: server on cores {cores.get('server') or '?'}, load generator on "
+            f"{cores.get('client') or '?'}; busy {busy}, load generator {100 * run['client_cpu_share']:.0f}% "
+            f"of their cores; limit: {run['limit']}"
+        )
+        lines.append(line)
+    return "".join(lines)
 
 
 def _load_row(run: dict[str, Any], name: str) -> list[str]:

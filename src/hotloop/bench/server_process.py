@@ -32,10 +32,11 @@ class ChildServer:
     """A server command in its own process on 127.0.0.1 (a free port), with a temporary directory for its files and
     its log; ready once GET /healthz answers 200. Subclasses name the command."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, cpus: frozenset[int] | None = None) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix=prefix)
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        self.cpus = cpus  # the cores it runs on (its workers inherit them); None: wherever this process may
 
     @property
     def directory(self) -> Path:
@@ -44,8 +45,10 @@ class ChildServer:
     def _spawn(self, command: list[str], env: dict[str, str]) -> None:
         # The log goes to a file: a pipe nobody reads during the run would fill up and stall the server.
         self._log = self.directory / "server.log"
+        cpus = self.cpus
+        pin = None if cpus is None else lambda: os.sched_setaffinity(0, cpus)  # before it counts its cores
         with self._log.open("wb") as log:
-            self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=pin)
 
     @property
     def pid(self) -> int:
@@ -100,8 +103,8 @@ class ServerProcess(ChildServer):
     """`python -m hotloop serve`, hotloop-sim only, a temporary data directory unless `store_url` names another
     store; extra settings go in as HOTLOOP_* variables."""
 
-    def __init__(self, **settings: Any) -> None:
-        super().__init__("hotloop-load-")
+    def __init__(self, cpus: frozenset[int] | None = None, **settings: Any) -> None:
+        super().__init__("hotloop-load-", cpus)
         values: dict[str, Any] = {
             "data_dir": self._tmp.name,
             "models": "hotloop-sim",
@@ -119,8 +122,8 @@ class FloorProcess(ChildServer):
     """The floor server (bench/floor.py) replaying `recording`, as hotloop's process is run: same interpreter, same
     environment, its own process."""
 
-    def __init__(self, recording: Recording) -> None:
-        super().__init__("hotloop-floor-")
+    def __init__(self, recording: Recording, cpus: frozenset[int] | None = None) -> None:
+        super().__init__("hotloop-floor-", cpus)
         path = self.directory / "recording.json"
         recording.save(path)
         command = [sys.executable, "-m", "hotloop.bench.floor", "--port", str(self.port), "--recording", str(path)]
