@@ -10,6 +10,7 @@ gauges summed over the live workers, and the scrape-time readings reach it throu
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -170,6 +171,7 @@ class Metrics:
         self.shared_dir = os.environ.get(SHARED_DIR_ENV) or None  # every worker's values, when set
         self.mirror = Mirror() if self.shared_dir else None
         self.finished = 0  # responses counted so far: whether anything moved since the last sync
+        self._finishing: asyncio.Event | None = None  # set by the next response counted (`finishing`)
         self._stage_children: dict[str, Any] = {}
         self._response_children: dict[tuple[str, str, str], Any] = {}
         self.stage_seconds = Histogram(
@@ -282,6 +284,15 @@ class Metrics:
             child = self._response_children[key] = self.responses.labels(*key)
         child.inc()
         self.finished += 1
+        if self._finishing is not None:
+            self._finishing.set()
+            self._finishing = None
+
+    def finishing(self) -> asyncio.Event:
+        """An event the next response counted sets (the idle worker's metrics sync waits on it)."""
+        if self._finishing is None:
+            self._finishing = asyncio.Event()
+        return self._finishing
 
     def collect(self) -> Iterable[Metric]:
         """Every family: this process's, or with a shared directory every worker's (this one's readings synced

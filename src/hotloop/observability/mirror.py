@@ -5,9 +5,9 @@ With `workers > 1` the supervisor gives each worker a shared directory (`PROMETH
 histograms and gauges made with prometheus_client write their values to a file per process there, and a scrape
 merges them all. The readings live in plain objects instead (no cost on the hot path), so `Mirror.sync()` copies
 them in: a counter by what it gained since the last sync, a gauge by its value with the aggregation of
-`GAUGE_MODES` (by default the sum over the live workers). A worker syncs before it answers a scrape, and once a
-second while it serves (every ten while idle: pipeline/service.py), so another worker's readings are at most a
-second old (ten when it is idle); the pipeline's own counters are exact.
+`GAUGE_MODES` (by default the sum over the live workers). A worker syncs before it answers a scrape, a second
+after a response finishes, and every ten seconds while none does (pipeline/service.py), so another worker's
+readings are at most a second behind its last response; the pipeline's own counters are exact.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ responses."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -32,8 +33,8 @@ from hotloop.safety import SafetyStage
 from hotloop.stores.base import Store
 
 LEDGER_DRAIN_TIMEOUT_S = 30.0
-# How stale another worker's scrape-time readings may be (observability/mirror.py): a second while it serves, ten
-# while it is idle (nothing finished since the last sync), so an idle server stays nearly silent.
+# How stale another worker's scrape-time readings may be (observability/mirror.py): a second after a response
+# finishes; an idle worker looks every ten seconds, so an idle server stays nearly silent.
 METRICS_SYNC_S = 1.0
 METRICS_IDLE_SYNC_S = 10.0
 log = logging.getLogger("hotloop.store")
@@ -196,18 +197,19 @@ class Service:
             await asyncio.sleep(self.history.step_s)
 
     async def _sync_metrics(self) -> None:
-        """Keep this worker's scrape-time readings fresh for the scrapes other workers answer."""
-        synced, idle = self.metrics.finished, 0.0
+        """Keep this worker's scrape-time readings fresh for the scrapes other workers answer: a second after
+        anything finishes; while nothing does, every ten seconds (each wake-up costs an idle server CPU)."""
+        metrics = self.metrics
         while True:
+            before = metrics.finished
             await asyncio.sleep(METRICS_SYNC_S)
-            idle += METRICS_SYNC_S
-            if self.metrics.finished == synced and idle < METRICS_IDLE_SYNC_S:
-                continue
-            synced, idle = self.metrics.finished, 0.0
             try:
-                self.metrics.sync()
+                metrics.sync()
             except Exception:  # a reading that fails once must not stop the next ones
                 metrics_log.exception("could not sync the metrics readings")
+            if metrics.finished == before:  # an idle second: sleep until a response finishes
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(metrics.finishing().wait(), METRICS_IDLE_SYNC_S)
 
     async def close(self) -> None:
         for periodic in (self._metrics_sync, self._history_task):

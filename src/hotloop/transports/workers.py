@@ -48,7 +48,9 @@ STARTUP_FAILURE = 3  # a worker's exit code when its server never started (uvico
 # Beyond shutdown_grace_s, before a worker that has not exited is killed: its drain's own waits, the ledger's
 # drain (up to 30 s when the store is slow) and some slack.
 STOP_MARGIN_S = 60.0
-POLL_S = 0.2
+# The supervisor sleeps until a signal wakes it (SIGCHLD when a worker exits, SIGTERM or SIGINT), and looks at its
+# workers at least this often anyway: an idle supervisor costs next to nothing.
+WATCH_S = 5.0
 
 
 def bind_socket(settings: Settings, backlog: int = 2048) -> socket.socket:
@@ -84,6 +86,7 @@ class Supervisor:
         self.settings = settings
         self.sock = sock
         self.stopping = threading.Event()
+        self.wake = threading.Event()  # set by the signal handlers: look at the workers now
         self.workers: list[subprocess.Popen[bytes]] = []
         self.share = Path(tempfile.mkdtemp(prefix="hotloop-workers-"))
         self.metrics_dir = self.share / "metrics"
@@ -125,7 +128,11 @@ class Supervisor:
         pids = ", ".join(str(worker.pid) for worker in self.workers)
         log.info("%d workers (%s) on http://%s:%s", len(self.workers), pids, host, port)
         code = 0
-        while not self.stopping.wait(POLL_S):
+        while not self.stopping.is_set():
+            self.wake.wait(WATCH_S)
+            self.wake.clear()
+            if self.stopping.is_set():
+                break
             code = self._watch()
             if code:
                 break
@@ -186,9 +193,14 @@ def run_workers(settings: Settings) -> int:
 
     def stop(signum: int, frame: object) -> None:
         supervisor.stopping.set()
+        supervisor.wake.set()
+
+    def child_exited(signum: int, frame: object) -> None:
+        supervisor.wake.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGCHLD, child_exited)
     return supervisor.run()
 
 
