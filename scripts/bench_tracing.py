@@ -20,12 +20,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from bench_turn import continuation  # the same turns as scripts/bench_turn.py (run from the repository root)
+from bench_turn import continuation, started  # the same turns as scripts/bench_turn.py (run from the repository root)
 
 from hotloop.config import Settings
 from hotloop.pipeline.admission.entry import admit
-from hotloop.pipeline.prepared import TurnOptions
-from hotloop.transports.app import build_service
 from hotloop.wire.request import decode_create
 
 WARMUP = 300
@@ -50,10 +48,7 @@ def serve_sink(ready: multiprocessing.Queue[int]) -> None:
 
 async def run(settings: Settings, turns: int) -> tuple[float, float, float]:
     """Median wall and thread CPU per turn, and the process's CPU per turn (µs)."""
-    service = build_service(settings)
-    service.start()
-    session = service.session("owner", caching=True)
-    options = TurnOptions(websocket=True, lane=None, transport="websocket")
+    service, session, options = started(settings)
     previous: str | None = None
     walls: list[float] = []
     cpus: list[float] = []

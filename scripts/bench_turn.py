@@ -19,10 +19,23 @@ import msgspec
 from hotloop.config import Settings
 from hotloop.pipeline.prepare import start_turn
 from hotloop.pipeline.prepared import TurnOptions
+from hotloop.pipeline.service import Service
+from hotloop.pipeline.state.session import Session
 from hotloop.transports.app import build_service
 from hotloop.wire.request import decode_create
 
 TURNS, CHAIN, WARMUP = 3000, 200, 500
+
+
+def started(settings: Settings) -> tuple[Service, Session, TurnOptions]:
+    """A started service, one caching session on it, and a WebSocket turn's options."""
+    service = build_service(settings)
+    service.start()
+    return (
+        service,
+        service.session("owner", caching=True),
+        TurnOptions(websocket=True, lane=None, transport="websocket"),
+    )
 
 
 def continuation(index: int, previous: str | None) -> bytes:
@@ -48,10 +61,7 @@ async def main(label: str) -> None:
         sim_tps=1e9,
         log_level="warning",
     )
-    service = build_service(settings)
-    service.start()
-    session = service.session("owner", caching=True)
-    options = TurnOptions(websocket=True, lane=None, transport="websocket")
+    service, session, options = started(settings)
     previous: str | None = None
     times: list[float] = []
     for index in range(TURNS):
