@@ -219,3 +219,14 @@ def test_a_compaction_summary_is_a_child_span(traced: tuple[RunningServer, Recei
     assert len(compact) == 1
     generate = next(child for child in children if child.name.startswith("generate"))
     assert compact[0].end_time_unix_nano <= generate.start_time_unix_nano  # the summary first, then the answer
+
+
+def test_a_parent_that_is_not_sampled_makes_no_spans(traced: tuple[RunningServer, Received]) -> None:
+    server, received = traced
+    header, trace_id, _ = traceparent()
+    dropped = header[:-2] + "00"  # the caller decided not to record this trace
+    with server.http() as http:
+        assert http.post("/responses", json={"model": SIM, "input": "x"}, headers={"traceparent": dropped}).is_success
+        after = http.post("/responses", json={"model": SIM, "input": "y"}).json()
+    spans = received.wait(lambda spans: any(attributes(s).get("gen_ai.response.id") == after["id"] for s in spans))
+    assert not [span for span in spans if span.trace_id.hex() == trace_id]  # sent before the one that arrived

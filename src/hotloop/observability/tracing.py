@@ -7,12 +7,11 @@ A response's spans are made when each ends, as finished spans handed straight to
 live spans cost ~20 µs each to start and end, these ~3 µs. So a turn pays an append per stage while it runs and a
 few microseconds per span at its end, and nothing at all with tracing off. Their ids come from the provider's id
 generator, the response's sampling decision from its sampler (OTEL_TRACES_SAMPLER: by default, the parent's
-decision, else sampled); a response not sampled makes no spans and passes its parent's context on unchanged.
+decision, else sampled); a response not sampled makes no spans, and its engine requests carry no traceparent.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -26,8 +25,6 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-log = logging.getLogger("hotloop.tracing")
 
 PROTOCOLS = ("http/protobuf", "grpc")
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -103,18 +100,17 @@ class Tracing:
 
     def response(self, parent: Context | None, connection: SpanContext | None, started: float) -> ResponseTrace | None:
         """A response's trace from `started` (perf_counter), or None when the sampler drops it."""
-        parent_span = trace.get_current_span(parent).get_span_context() if parent is not None else None
-        valid = parent_span is not None and parent_span.is_valid
-        trace_id = parent_span.trace_id if valid and parent_span else self.provider.id_generator.generate_trace_id()
+        found = trace.get_current_span(parent).get_span_context() if parent is not None else None
+        remote = found if found is not None and found.is_valid else None  # the caller's span, if any
+        ids = self.provider.id_generator
+        trace_id = remote.trace_id if remote is not None else ids.generate_trace_id()
         links = [Link(connection)] if connection is not None else []
         decision = self.provider.sampler.should_sample(parent, trace_id, "chat", SpanKind.SERVER, None, links)
         if not decision.decision.is_sampled():
             return None
-        state = decision.trace_state or (parent_span.trace_state if valid and parent_span else None)
-        context = SpanContext(
-            trace_id, self.provider.id_generator.generate_span_id(), False, TraceFlags(TraceFlags.SAMPLED), state
-        )
-        return ResponseTrace(self, context, parent_span if valid else None, links, started)
+        state = decision.trace_state or (remote.trace_state if remote is not None else None)
+        context = SpanContext(trace_id, ids.generate_span_id(), False, TraceFlags(TraceFlags.SAMPLED), state)
+        return ResponseTrace(self, context, remote, links, started)
 
     def emit(
         self,
