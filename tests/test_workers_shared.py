@@ -181,3 +181,23 @@ def test_the_connection_caps_hold_over_every_worker_and_a_dead_one_gives_its_slo
         for ws in [*held, *fresh]:
             with contextlib.suppress(Exception):  # the killed worker's sockets are already gone
                 ws.close()
+
+
+def test_a_key_s_tokens_a_minute_are_the_server_s(tmp_path: Path) -> None:
+    """Tokens spent through one worker count against the key on the other (rate_limit_tpm is the server's)."""
+    with ServerProcess(tmp_path, workers=2, api_keys=KEYS, rate_limit_tpm=120) as server:  # 2 tokens a second
+        (_, one), (_, two) = one_connection_per_worker(server, workers_of(server), key="key-a").items()
+        statuses = []
+        while not statuses or statuses[-1] == 200:  # the key's minute of tokens, all through the first worker
+            status, _ = one.request("POST", "/responses", {"model": SIM, "input": "spend " * 50})
+            statuses.append(status)
+        assert statuses[-1] == 429 and 1 <= len(statuses) - 1 <= 3  # ~100 tokens a response
+        status, refused = two.request("POST", "/responses", {"model": SIM, "input": "and now?"})
+        assert status == 429 and refused["error"]["type"] == "tokens", refused
+        other = httpx.post(
+            f"{server.base_url}/responses",
+            json={"model": SIM, "input": "another key"},
+            headers={"Authorization": "Bearer key-b"},
+            timeout=30,
+        )
+        assert other.status_code == 200  # the window is the key's
