@@ -36,10 +36,7 @@ def snapshot(service: Service) -> dict[str, Any]:
         "connections": _connections(service),
         "ledger": _ledger(service),
         "mcp": _mcp(service, readings),
-        "history": {
-            "step_s": service.history.step_s,
-            "points": [msgspec.structs.asdict(p) for p in service.history.points],
-        },
+        "history": _history(service),
     }
 
 
