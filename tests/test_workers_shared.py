@@ -104,6 +104,12 @@ def test_every_scrape_counts_every_worker_and_a_killed_one_stays_counted(tmp_pat
 KEYS = "key-a,key-b"
 
 
+def create_as(server: ServerProcess, key: str, text: str = "x") -> httpx.Response:
+    """One create with `key`, on a fresh connection."""
+    body = {"model": SIM, "input": text}
+    return httpx.post(f"{server.base_url}/responses", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
 def test_a_key_gets_its_requests_a_minute_from_the_server_not_from_each_worker(tmp_path: Path) -> None:
     limit = 8
     with ServerProcess(tmp_path, workers=2, api_keys=KEYS, rate_limit_rpm=limit) as server:
@@ -119,12 +125,7 @@ def test_a_key_gets_its_requests_a_minute_from_the_server_not_from_each_worker(t
                     outcomes[status] += 1
 
         def fresh() -> None:
-            reply = httpx.post(
-                f"{server.base_url}/responses",
-                json={"model": SIM, "input": "fresh"},
-                headers={"Authorization": "Bearer key-a"},
-                timeout=30,
-            )
+            reply = create_as(server, "key-a", "fresh")
             with lock:
                 outcomes[reply.status_code] += 1
 
@@ -135,13 +136,7 @@ def test_a_key_gets_its_requests_a_minute_from_the_server_not_from_each_worker(t
         for thread in threads:
             thread.join(60)
         assert outcomes == {200: limit, 429: 2 * limit + 6 - limit}
-        other = httpx.post(
-            f"{server.base_url}/responses",
-            json={"model": SIM, "input": "another key"},
-            headers={"Authorization": "Bearer key-b"},
-            timeout=30,
-        )
-        assert other.status_code == 200  # the limit is each key's
+        assert create_as(server, "key-b").status_code == 200  # the limit is each key's
 
 
 def _open_websockets(server: ServerProcess) -> float:
@@ -194,10 +189,4 @@ def test_a_key_s_tokens_a_minute_are_the_server_s(tmp_path: Path) -> None:
         assert statuses[-1] == 429 and 1 <= len(statuses) - 1 <= 3  # ~100 tokens a response
         status, refused = two.request("POST", "/responses", {"model": SIM, "input": "and now?"})
         assert status == 429 and refused["error"]["type"] == "tokens", refused
-        other = httpx.post(
-            f"{server.base_url}/responses",
-            json={"model": SIM, "input": "another key"},
-            headers={"Authorization": "Bearer key-b"},
-            timeout=30,
-        )
-        assert other.status_code == 200  # the window is the key's
+        assert create_as(server, "key-b").status_code == 200  # the window is the key's
