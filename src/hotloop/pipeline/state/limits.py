@@ -27,6 +27,12 @@ class _Buckets:
         self.stamp = now
 
 
+def refilled(level: float, limit: int, elapsed: float) -> float:
+    """A bucket holding a minute's `limit` at `level`, `elapsed` seconds later: it refills continuously
+    (`limit / 60` a second) and never holds more than the minute's allowance."""
+    return min(limit, level + max(0.0, elapsed) * (limit / 60))
+
+
 class RateLimiter:
     """Per-key requests per minute and tokens per minute (0 turns a limit off).
 
@@ -39,7 +45,6 @@ class RateLimiter:
         self.rpm = max(0, rpm)
         self.tpm = max(0, tpm)
         self.enabled = bool(self.rpm or self.tpm)
-        self._rps, self._tps = self.rpm / 60, self.tpm / 60  # refill per second
         self.clock = clock  # a test may move it
         self._keys: dict[str, _Buckets] = {}
         self._prune_at = PRUNE_FLOOR
@@ -70,8 +75,8 @@ class RateLimiter:
             return buckets
         elapsed = now - buckets.stamp
         if elapsed > 0:
-            buckets.requests = min(self.rpm, buckets.requests + elapsed * self._rps)
-            buckets.tokens = min(self.tpm, buckets.tokens + elapsed * self._tps)
+            buckets.requests = refilled(buckets.requests, self.rpm, elapsed)
+            buckets.tokens = refilled(buckets.tokens, self.tpm, elapsed)
             buckets.stamp = now
         return buckets
 
@@ -80,8 +85,8 @@ class RateLimiter:
         full = [
             key
             for key, b in self._keys.items()
-            if b.requests + (now - b.stamp) * self._rps >= self.rpm
-            and b.tokens + (now - b.stamp) * self._tps >= self.tpm
+            if refilled(b.requests, self.rpm, now - b.stamp) >= self.rpm
+            and refilled(b.tokens, self.tpm, now - b.stamp) >= self.tpm
         ]
         for key in full:
             del self._keys[key]

@@ -27,7 +27,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from hotloop.pipeline.state.limits import Clock, ConnectionSlots, RateLimiter, key_refusal, rate_refusal, total_refusal
+from hotloop.pipeline.state.limits import (
+    Clock,
+    ConnectionSlots,
+    RateLimiter,
+    key_refusal,
+    rate_refusal,
+    refilled,
+    total_refusal,
+)
 
 log = logging.getLogger("hotloop.limits")
 
@@ -130,9 +138,11 @@ class LimitTable:
     def _forgettable(self, offset: int, now: float) -> bool:
         """A slot whose buckets have refilled by `now` and that holds no connection: it remembers nothing."""
         requests, tokens, stamp = self.buckets(offset)
-        elapsed = max(0.0, now - stamp)
-        refilled = requests + elapsed * self.rpm / 60 >= self.rpm and tokens + elapsed * self.tpm / 60 >= self.tpm
-        return refilled and not any(self.connections(offset))
+        full = (
+            refilled(requests, self.rpm, now - stamp) >= self.rpm
+            and refilled(tokens, self.tpm, now - stamp) >= self.tpm
+        )
+        return full and not any(self.connections(offset))
 
     # --- the supervisor's ---------------------------------------------------------------------------------------
 
@@ -184,8 +194,7 @@ class SharedRateLimiter(RateLimiter):
 
     def _refill(self, offset: int, now: float) -> tuple[float, float]:
         requests, tokens, stamp = self.table.buckets(offset)
-        elapsed = max(0.0, now - stamp)
-        return min(self.rpm, requests + elapsed * self.rpm / 60), min(self.tpm, tokens + elapsed * self.tpm / 60)
+        return refilled(requests, self.rpm, now - stamp), refilled(tokens, self.tpm, now - stamp)
 
     def _fall_back(self) -> None:
         if not self._warned:
