@@ -38,10 +38,10 @@ class StageTimings:
             if self.trace is not None:
                 self.trace.intervals.append((name, start, end))
 
-    def interval(self, name: str, start: float) -> None:
-        """A span of the trace alone (admission, finish) from `start` to now: no stage of its own."""
+    def interval(self, name: str) -> None:
+        """A span of the trace alone (`finish`), from the mark `name` to now: no stage of its own."""
         if self.trace is not None:
-            self.trace.intervals.append((name, start, time.perf_counter()))
+            self.trace.intervals.append((name, self._marks.get(name, self.started_at), time.perf_counter()))
 
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds

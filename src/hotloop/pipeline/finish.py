@@ -10,7 +10,6 @@ end the response; the caller sends them.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 import msgspec
@@ -42,14 +41,13 @@ async def finish(
     """Every step, then the closing events and the terminal one."""
     timings = prepared.timings
     timings.mark("finish")
-    finish_started = time.perf_counter()
     events = builder.close(outcome.status, outcome.usage, reason=outcome.reason, error=outcome.error)
     outcome = await extend_conversation(service, session, prepared, builder, outcome)
     outcome = await persist(service, session, prepared, builder, outcome)
     cache(service, session, prepared, options, outcome)
     timings.add("post_inference", timings.since("finish"))
     meter(service, session, prepared, options)
-    end_trace(prepared, options, finish_started)
+    end_trace(prepared, options)
     if options.include_timings:
         events.append(builder.timing_metrics(timings.milliseconds()))
     inband = error_body(outcome.error) if outcome.error is not None and options.inband_errors else None
@@ -128,7 +126,7 @@ async def finish_cancelled(
     """The client went away or the response was cancelled (`error` None), or a shutdown cut it (`error`, a
     server failure): keep what finished, never cache it (§3.11). Returns the events that end it, for a consumer
     or a listener that outlives the consumer (a streamed background response cancelled by `POST …/cancel`)."""
-    finish_started = time.perf_counter()
+    prepared.timings.mark("finish")  # where the trace's `finish` span starts
     if error is None:
         events = builder.finish("cancelled", None)
     else:
@@ -140,7 +138,7 @@ async def finish_cancelled(
         except Exception:
             log.exception("could not store cancelled response %s", prepared.response.id)
     meter(service, session, prepared, options)
-    end_trace(prepared, options, finish_started)
+    end_trace(prepared, options)
     log_finished(prepared, options)
     return events
 

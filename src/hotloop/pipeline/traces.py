@@ -3,20 +3,18 @@ from the prepared turn once it has ended. Nothing here runs with tracing off."""
 
 from __future__ import annotations
 
-import time
-
 from hotloop.observability.tracing import Attributes, ResponseTrace, messages
 from hotloop.pipeline.prepared import Prepared, TurnOptions
 
 OPERATION = "chat"  # the GenAI conventions' operation for a model's turn in a conversation
 
 
-def end_trace(prepared: Prepared, options: TurnOptions, finish_started: float) -> None:
-    """The response's span and its stages' (`finish` from `finish_started`), when the turn is traced."""
+def end_trace(prepared: Prepared, options: TurnOptions) -> None:
+    """The response's span and its stages' (`finish` from the timings' mark of that name), when traced."""
     trace = prepared.timings.trace
     if trace is None:
         return
-    trace.intervals.append(("finish", finish_started, time.perf_counter()))
+    prepared.timings.interval("finish")
     response = prepared.response
     error = response.error.code if response.error is not None else None
     trace.end(f"{OPERATION} {prepared.request.model}", attributes(prepared, options, trace), error=error)
