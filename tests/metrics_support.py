@@ -29,6 +29,11 @@ class Scrape:
         """A sample's value; 0 when the series does not exist yet (a counter never incremented)."""
         return self.samples.get((name, frozenset(labels.items())), 0.0)
 
+    def total(self, name: str, **labels: str) -> float:
+        """The sum over every series of `name` whose labels include `labels` (e.g. all models and statuses)."""
+        wanted = set(labels.items())
+        return sum(value for (found, tags), value in self.samples.items() if found == name and wanted <= tags)
+
     def has(self, name: str, **labels: str) -> bool:
         return (name, frozenset(labels.items())) in self.samples
 

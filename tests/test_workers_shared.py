@@ -14,25 +14,19 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from websockets.exceptions import InvalidStatus
 
+from metrics_support import Scrape
 from process_support import SIM, ServerProcess, eventually
 from workers_support import one_connection_per_worker, owner_of, workers_of, ws_on_worker
 from wsutil import WS, final
 
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
-
-def scrape(server: ServerProcess) -> Samples:
+def scrape(server: ServerProcess) -> Scrape:
     """One /metrics on a fresh connection (so on whichever worker the kernel gives it)."""
     reply = httpx.get(f"http://127.0.0.1:{server.port}/metrics", headers={"connection": "close"}, timeout=10)
     assert reply.status_code == 200
-    samples: Samples = {}
-    for family in text_string_to_metric_families(reply.text):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return samples
+    return Scrape(reply.text)
 
 
 def console(server: ServerProcess) -> dict[str, Any]:
@@ -42,13 +36,8 @@ def console(server: ServerProcess) -> dict[str, Any]:
     return state
 
 
-def total(samples: Samples, name: str, **labels: str) -> float:
-    wanted = set(labels.items())
-    return sum(value for (found, tags), value in samples.items() if found == name and wanted <= set(tags))
-
-
-def responses(samples: Samples, transport: str) -> float:
-    return total(samples, "hotloop_responses_total", transport=transport)
+def responses(samples: Scrape, transport: str) -> float:
+    return samples.total("hotloop_responses_total", transport=transport)
 
 
 def replaced(server: ServerProcess, victim: int) -> bool:
@@ -77,14 +66,14 @@ def test_every_scrape_counts_every_worker_and_a_killed_one_stays_counted(tmp_pat
         ws_turns = 4
         assert [responses(s, "http") for s in open_now] == [http_turns] * 6
         assert [responses(s, "websocket") for s in open_now] == [ws_turns] * 6
-        assert [total(s, "hotloop_active_connections", transport="websocket") for s in open_now] == [1] * 6
+        assert [s.total("hotloop_active_connections", transport="websocket") for s in open_now] == [1] * 6
         consoles = [console(server) for _ in range(6)]  # the console's numbers are the server's too
         assert [state["responses"]["total"] for state in consoles] == [http_turns + ws_turns] * 6
 
         # The scrape-time readings: the victim's connection cache served three continuations; every scrape
         # shows them within a second (mirror.py), the other worker's too.
-        def hits(samples: Samples) -> float:
-            return total(samples, "hotloop_cache_lookups_total", cache="connection", result="hit")
+        def hits(samples: Scrape) -> float:
+            return samples.total("hotloop_cache_lookups_total", cache="connection", result="hit")
 
         assert eventually(lambda: all(hits(scrape(server)) == ws_turns - 1 for _ in range(4)), timeout=10)
 
@@ -94,11 +83,11 @@ def test_every_scrape_counts_every_worker_and_a_killed_one_stays_counted(tmp_pat
         assert [responses(s, "http") for s in after] == [http_turns] * 6
         assert [responses(s, "websocket") for s in after] == [ws_turns] * 6
         assert [hits(s) for s in after] == [ws_turns - 1] * 6
-        assert [total(s, "hotloop_active_connections", transport="websocket") for s in after] == [0] * 6
+        assert [s.total("hotloop_active_connections", transport="websocket") for s in after] == [0] * 6
         reply = httpx.post(f"{server.base_url}/responses", json={"model": SIM, "input": "one more"}, timeout=30)
         assert reply.status_code == 200
         assert [responses(scrape(server), "http") for _ in range(4)] == [http_turns + 1] * 4
-        assert total(scrape(server), "hotloop_stage_seconds_count", stage="generate") == http_turns + 1 + ws_turns
+        assert scrape(server).total("hotloop_stage_seconds_count", stage="generate") == http_turns + 1 + ws_turns
 
 
 KEYS = "key-a,key-b"
@@ -140,7 +129,7 @@ def test_a_key_gets_its_requests_a_minute_from_the_server_not_from_each_worker(t
 
 
 def _open_websockets(server: ServerProcess) -> float:
-    return total(scrape(server), "hotloop_active_connections", transport="websocket")
+    return scrape(server).total("hotloop_active_connections", transport="websocket")
 
 
 def test_the_connection_caps_hold_over_every_worker_and_a_dead_one_gives_its_slots_back(tmp_path: Path) -> None:
