@@ -10,7 +10,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from email.utils import formatdate
 from typing import Any
 
 import uvicorn
@@ -25,7 +26,7 @@ CUT_WAIT_S = 5.0  # for cut responses to store themselves and send their termina
 IDLE_CLOSE_WAIT_S = 1.0  # for idle WebSockets to close themselves once every response has ended
 CLOSE_WAIT_S = 5.0  # for WebSocket clients to answer the server's close frame
 POLL_S = 0.02
-TICK_S = 1.0  # the main loop's tick: the Date header's refresh, and the latest a missed wake-up is noticed
+TICK_S = 1.0  # the main loop's tick while connections are open: the Date header's refresh
 
 
 def server_config(settings: Settings, **overrides: Any) -> uvicorn.Config:
@@ -38,12 +39,19 @@ class Server(uvicorn.Server):
     close every WebSocket with 1001, and only then let uvicorn close the HTTP connections and run the lifespan
     shutdown, which drains the usage ledger and closes the store. A SIGTERM shutdown exits 0.
 
-    Its main loop ticks once a second, not uvicorn's ten times: those wake-ups were most of an idle server's CPU
-    (2 of its 3 ms a second). Setting `should_exit` (a signal's handler, or a thread stopping the server) wakes it
-    at once, so a shutdown starts as soon as before."""
+    Its main loop ticks once a second while a connection is open, not uvicorn's ten times, and not at all while
+    none is: those wake-ups were most of an idle server's CPU. The first connection to open wakes it and refreshes
+    the Date header first, so the Date a response carries is as fresh as with uvicorn's ticks. Setting
+    `should_exit` (a signal's handler, or a thread stopping the server) wakes it at once, so a shutdown starts as
+    soon as before."""
 
     _should_exit = False
     _wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.server_state.connections = _Connections(self._first_connection)
+        self._dated_at = 0.0
 
     @property
     def should_exit(self) -> bool:
@@ -57,8 +65,23 @@ class Server(uvicorn.Server):
             with contextlib.suppress(RuntimeError):  # the loop has closed: nothing left to wake
                 loop.call_soon_threadsafe(event.set)
 
+    def _first_connection(self) -> None:
+        """On the event loop, as the first connection opens: a Date a second stale or more is refreshed before its
+        first request is read, and the main loop starts ticking again."""
+        if time.time() - self._dated_at >= TICK_S:
+            self._refresh_headers()
+        if self._wake is not None:
+            self._wake[1].set()
+
+    def _refresh_headers(self) -> None:
+        """uvicorn's `on_tick` header refresh (the Date header, then the configured headers)."""
+        self._dated_at = time.time()
+        date = [(b"date", formatdate(self._dated_at, usegmt=True).encode())] if self.config.date_header else []
+        self.server_state.default_headers = date + self.config.encoded_headers
+
     async def main_loop(self) -> None:
-        """uvicorn's `main_loop` at one tick a second (`on_tick` refreshes the Date header on every tenth count)."""
+        """uvicorn's `main_loop` at one tick a second while connections are open (`on_tick` refreshes the Date
+        header on every tenth count), and none while they are not."""
         event = asyncio.Event()
         self._wake = (asyncio.get_running_loop(), event)
         counter = 0
@@ -66,7 +89,10 @@ class Server(uvicorn.Server):
         while not should_exit:
             counter = (counter + 10) % 864000
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), TICK_S)
+                await asyncio.wait_for(event.wait(), TICK_S if self.server_state.connections else None)
+            if not self._should_exit:
+                event.clear()
+            self._dated_at = time.time()  # on_tick refreshes the Date header now
             should_exit = await self.on_tick(counter)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
@@ -108,6 +134,20 @@ class Server(uvicorn.Server):
             # is a clean exit (status 0), not a death by signal.
             captured: list[int] = getattr(self, "_captured_signals", [])
             captured[:] = [sig for sig in captured if sig != signal.SIGTERM]
+
+
+class _Connections(set[Any]):
+    """uvicorn's set of open connections (every protocol adds itself as its connection opens), telling the server
+    when the first one opens."""
+
+    def __init__(self, first: Callable[[], None]) -> None:
+        super().__init__()
+        self._first = first
+
+    def add(self, connection: Any) -> None:
+        if not self:
+            self._first()
+        super().add(connection)
 
 
 def _service_of(app: Any) -> Service | None:
