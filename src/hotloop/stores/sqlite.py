@@ -2,7 +2,7 @@
 
 A chain loads in one query (a recursive CTE over `parent`), so continuing a long conversation from the store
 costs one round trip, not one per turn. Processes sharing the file (several workers) learn of each other's
-deletions from a small `deletions` table each one polls.
+deletions from a small `deletions` table each one reads after the files change (file_changes.py).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from hotloop.errors import StoreUnavailable
 from hotloop.metering.records import UsageRecord, UsageTotals
 from hotloop.stores.base import Chain
 from hotloop.stores.codec import ItemRow, chain_from_rows, decode_item, encode, encode_response, usage_record
+from hotloop.stores.file_changes import FileChanges
 from hotloop.stores.pages import ItemPage, UsagePage
 from hotloop.stores.retention import Background, DeletionHandler, GapHandler, Retention
 from hotloop.stores.sqlite_conversations import CONVERSATION_SCHEMA, SQLiteConversations
@@ -93,8 +94,11 @@ WITH RECURSIVE chain(id, parent, depth) AS (
 SELECT c.depth, c.parent, i.type, i.body FROM chain c LEFT JOIN items i ON i.response_id = c.id
 ORDER BY c.depth DESC, i.kind, i.position
 """
-DELETION_POLL_S = 0.5
-DELETIONS_KEPT_S = 300.0  # a process that polls less often than this misses deletions (it never does)
+DELETION_POLL_S = 0.5  # the shortest time between two looks at the deletions table
+DELETIONS_KEPT_S = 300.0  # a process that looks less often than this misses deletions (it never does)
+# With inotify (Linux), a look follows a write to the files; this is the longest wait for one regardless (the
+# deletions table's pruning is due then anyway), in case a filesystem reports no writes.
+DELETION_CHECK_S = DELETIONS_KEPT_S / 10
 WRITE_BATCH = 256  # writes committed together at most (the queue's backlog under load)
 # A write: its work on the writer's connection, and where its result goes (the awaiting loop and future).
 _Job = tuple[Callable[[sqlite3.Connection], Any], tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]"]]
@@ -236,25 +240,35 @@ class SQLiteStore(SQLiteConversations):
             return int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM deletions").fetchone()[0])
 
         seen = await self._read(latest)
-        pruned_at = time.monotonic()
+        pruned_at = looked_at = time.monotonic()
         stamp = self._file_stamp()
-        while True:
-            await asyncio.sleep(DELETION_POLL_S)
-            # Nothing was committed since the last look (no process wrote to the files): nothing to read. A stat
-            # on the event loop instead of a query on a thread keeps an idle server nearly silent.
-            now = self._file_stamp()
-            if now == stamp and time.monotonic() - pruned_at <= DELETIONS_KEPT_S / 10:
-                continue
-            stamp = now
-            try:
-                for seq, response_id in await self._read(functools.partial(_deletions_after, seen)):
-                    seen = seq
-                    on_deleted(response_id)
-                if time.monotonic() - pruned_at > DELETIONS_KEPT_S / 10:
-                    pruned_at = time.monotonic()
-                    await self._write(functools.partial(_prune_deletions, time.time() - DELETIONS_KEPT_S))
-            except StoreUnavailable as exc:  # a busy file: the next poll picks up from `seen`
-                log.warning("polling deletions failed: %s", exc)
+        changes = FileChanges.open(self._path)
+        try:
+            while True:
+                # At most two looks a second, however busy the files; with inotify, none while nobody writes.
+                await asyncio.sleep(max(0.0, looked_at + DELETION_POLL_S - time.monotonic()))
+                if changes is not None:
+                    await changes.wait(DELETION_CHECK_S)
+                looked_at = time.monotonic()
+                # Nothing was committed since the last look (no process wrote to the files): nothing to read. A
+                # stat on the event loop instead of a query on a thread keeps an idle server nearly silent.
+                now = self._file_stamp()
+                prune = looked_at - pruned_at >= DELETION_CHECK_S
+                if now == stamp and not prune:
+                    continue
+                stamp = now
+                try:
+                    for seq, response_id in await self._read(functools.partial(_deletions_after, seen)):
+                        seen = seq
+                        on_deleted(response_id)
+                    if prune:
+                        pruned_at = looked_at
+                        await self._write(functools.partial(_prune_deletions, time.time() - DELETIONS_KEPT_S))
+                except StoreUnavailable as exc:  # a busy file: the next look picks up from `seen`
+                    log.warning("polling deletions failed: %s", exc)
+        finally:
+            if changes is not None:
+                changes.close()
 
     async def save(self, owner: str, response: Response, input_items: list[ContextItem]) -> None:
         enc = encode_response(response, input_items)

@@ -1,0 +1,113 @@
+"""Wake-ups when a database's files change, whichever process wrote them: inotify on Linux, so that an idle server
+is not woken to look at files nobody touched. `FileChanges.open` answers None where inotify is unavailable (another
+OS, a kernel without it, no watches left); the caller then polls.
+
+Only the file's own name and its companions (`-wal`, `-journal`) count: the directory may hold other files. SQLite's
+`-shm` index is written through a memory map, which inotify does not see, and needs no look of its own: every
+commit also writes the WAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import struct
+import sys
+from pathlib import Path
+
+IN_MODIFY = 0x002
+IN_MOVED_TO = 0x080
+IN_CREATE = 0x100
+IN_Q_OVERFLOW = 0x4000
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = os.O_CLOEXEC
+_EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then `len` bytes of NUL-padded name
+_WATCHED = IN_MODIFY | IN_CREATE | IN_MOVED_TO
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.inotify_init1.argtypes = [ctypes.c_int]
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def changed_names(buffer: bytes) -> tuple[set[str], bool]:
+    """The names in a read of inotify events, and whether the kernel's queue overflowed (events were lost)."""
+    names: set[str] = set()
+    overflowed = False
+    offset = 0
+    while offset + _EVENT.size <= len(buffer):
+        _, mask, _, length = _EVENT.unpack_from(buffer, offset)
+        offset += _EVENT.size
+        names.add(buffer[offset : offset + length].rstrip(b"\0").decode(errors="replace"))
+        offset += length
+        overflowed = overflowed or bool(mask & IN_Q_OVERFLOW)
+    return names, overflowed
+
+
+class FileChanges:
+    """An inotify watch on the database's directory; `wait` returns once one of its files changed."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self._fd = fd
+        self._names = {path.name, path.name + "-wal", path.name + "-journal"}
+
+    @classmethod
+    def open(cls, path: Path) -> FileChanges | None:
+        libc = _libc()
+        if libc is None:
+            return None
+        fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        if fd < 0:
+            return None
+        if libc.inotify_add_watch(fd, os.fsencode(path.parent), _WATCHED) < 0:
+            os.close(fd)
+            return None
+        return cls(fd, path)
+
+    def _changed(self) -> bool:
+        """Read every queued event: did one of the database's files change?"""
+        changed = False
+        while True:
+            try:
+                buffer = os.read(self._fd, 65536)
+            except BlockingIOError:
+                return changed
+            except OSError:  # the watch is broken: "changed", so the caller looks (at its polling pace)
+                return True
+            names, overflowed = changed_names(buffer)
+            changed = changed or overflowed or not self._names.isdisjoint(names)
+
+    async def wait(self, timeout: float) -> bool:
+        """Until one of the files changes (True), or `timeout` seconds pass (False). Events queued since the last
+        wait count: a change while the caller was busy is not missed."""
+        if self._changed():
+            return True
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            if self._changed() and not woken.done():
+                woken.set_result(None)
+
+        loop.add_reader(self._fd, readable)
+        try:
+            await asyncio.wait_for(woken, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            loop.remove_reader(self._fd)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
