@@ -14,6 +14,7 @@ import msgspec
 from hotloop.observability.metrics import Samples
 
 SPAN_S = 3600.0  # how far back the console looks
+FAMILIES = ("hotloop_responses", "hotloop_turn_overhead_seconds", "hotloop_active_connections")  # what it reads
 Buckets = list[tuple[float, float]]  # (upper bound, cumulative count), ascending; the last bound is +Inf
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -22,6 +22,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from hotloop.observability.mirror import Mirror
+from hotloop.observability.shared_samples import Samples, shared_samples
 from hotloop.observability.timings import StageTimings
 from hotloop.safety import SafetyResult
 
@@ -154,7 +155,6 @@ def _size_families(sizes: dict[str, CacheSize]) -> Iterator[Metric]:
     yield from (held, bound, entries, evictions)
 
 
-Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
 SHARED_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own name: it reads it when first imported
 
 
@@ -302,10 +302,16 @@ class Metrics:
         self.sync()
         return MultiProcessCollector(None, self.shared_dir).collect()
 
-    def samples(self) -> Samples:
-        """Every sample `collect` gives: name -> {sorted (label, value) pairs -> value}."""
+    def samples(self, families: Collection[str] | None = None) -> Samples:
+        """Every sample `collect` gives: name -> {sorted (label, value) pairs -> value}. With `families` (their
+        names, as declared: `hotloop_responses`), only theirs, and with a shared directory read without a full merge
+        or a sync (shared_samples.py): they must be the pipeline's own counters, histograms or summed gauges."""
+        if families is not None and self.shared_dir is not None:
+            return shared_samples(self.shared_dir, families)
         found: Samples = defaultdict(dict)
         for family in self.collect():
+            if families is not None and family.name not in families:
+                continue
             for sample in family.samples:
                 found[sample.name][tuple(sorted(sample.labels.items()))] = sample.value
         return found

@@ -17,6 +17,7 @@ from hotloop.config import Settings
 from hotloop.mcp import Clients
 from hotloop.metering.ledger import Ledger
 from hotloop.models import ModelRegistry
+from hotloop.observability.history import FAMILIES as HISTORY_FAMILIES
 from hotloop.observability.history import History
 from hotloop.observability.metrics import CacheSize, Metrics
 from hotloop.observability.tracing import Tracing
@@ -191,7 +192,7 @@ class Service:
     async def _sample_history(self) -> None:
         while True:
             try:
-                self.history.sample(self.metrics.samples(), time.time())
+                self.history.sample(self.metrics.samples(HISTORY_FAMILIES), time.time())
             except Exception:  # a reading that fails once must not stop the next ones
                 metrics_log.exception("could not sample the console's time series")
             await asyncio.sleep(self.history.step_s)
