@@ -24,7 +24,7 @@ from hotloop.backends.base import (
 )
 from hotloop.backends.upstream import chat_messages as chat
 from hotloop.backends.upstream.chat_json import MessagesJSON
-from hotloop.backends.upstream.client import Retryable, UpstreamBackend, engine_ms, mid_stream_error
+from hotloop.backends.upstream.client import Retryable, UpstreamBackend, engine_ms, mid_stream_error, preview
 from hotloop.chat.specs import ToolSpec
 from hotloop.config import Upstream
 
@@ -142,11 +142,11 @@ class _StreamReader:
         self.engine_ms: float | None = None
         self.pieces = 0
 
-    def feed(self, data: str) -> list[Delta]:
+    def feed(self, data: bytes | str) -> list[Delta]:
         try:
             chunk = _decode_chunk(data)
         except msgspec.MsgspecError:
-            raise BackendError(f"The upstream engine sent an unreadable chunk: {data[:200]}") from None
+            raise BackendError(f"The upstream engine sent an unreadable chunk: {preview(data)}") from None
         if chunk.error is not None:
             raise mid_stream_error(msgspec.json.encode({"error": chunk.error}))
         if chunk.usage is not None:

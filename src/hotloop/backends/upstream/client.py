@@ -1,5 +1,5 @@
 """What the upstream backends share (docs/backends.md): the pooled HTTP client, replica routing, retries before the
-first token, the streamed lines, and an engine's failures as `BackendError`s.
+first token, the streamed payloads (sse.py), and an engine's failures as `BackendError`s.
 
 `chat.py` (chat messages) and `tokens.py` (token ids) subclass `UpstreamBackend` with their request body and
 their stream reader. One pooled `aiohttp.ClientSession` per upstream: its C parser reads an engine's stream at a
@@ -23,6 +23,7 @@ import msgspec
 
 from hotloop.backends.base import BackendError, Delta, Finished, GenerationRequest
 from hotloop.backends.upstream.routing import Router
+from hotloop.backends.upstream.sse import ErrorLine, SSEPayloads
 from hotloop.config import Upstream
 
 log = logging.getLogger("hotloop.upstream")
@@ -34,8 +35,7 @@ _STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 _CONNECT_TIMEOUT: tuple[type[Exception], ...] = tuple(
     kind for kind in (getattr(aiohttp, "ConnectionTimeoutError", None),) if isinstance(kind, type)
 )
-# aiohttp reads a line of at most twice this: an engine that repeats its whole text in every chunk (SGLang without
-# incremental output) writes long ones.
+# How much of a stream aiohttp buffers before it stops reading the socket (a line may be longer: sse.py).
 READ_BUFFER = 4 << 20
 DRAIN_S = 0.25  # the longest wait for a stream's end after its last event (it normally follows at once)
 _CONTEXT_HINTS = ("context length", "context window", "context size", "too many tokens", "maximum context")
@@ -63,7 +63,9 @@ class StreamReader(Protocol):
     started: bool  # a delta has been yielded: no retry from here on
     done: bool  # the last chunk has been read (llama.cpp's `stop: true`): stop reading
 
-    def feed(self, data: str) -> Sequence[Delta]: ...
+    def feed(self, data: bytes) -> Sequence[Delta]:
+        """One `data:` payload (JSON, undecoded)."""
+        ...
 
     def end(self) -> Sequence[Delta]:
         """The deltas after the stream's last chunk, `Finished` last; `Retryable` when the stream was cut short."""
@@ -187,22 +189,23 @@ class UpstreamBackend:
             response = await client.post(url, data=payload, headers=headers)
             if response.status >= 400:
                 raise await status_error(url, response)
-            content = response.content
-            while raw := await content.readline():
-                line = raw.decode("utf-8", "replace").rstrip("\r\n")
-                if line.startswith("error:"):  # llama.cpp's server sends a failure as an `error:` line
-                    raise mid_stream_error(line[6:].strip().encode())
-                if not line.startswith("data:"):
-                    continue  # SSE comments, `event:` lines, blank separators
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                for delta in reader.feed(data):
-                    yield delta
-                if reader.done:
-                    break
+            content, stream, ended = response.content, SSEPayloads(), False
+            while not ended:
+                chunk = await content.readany()
+                ended = not chunk
+                for data in stream.feed(chunk):
+                    if data == b"[DONE]":
+                        ended = True
+                        break
+                    for delta in reader.feed(data):
+                        yield delta
+                    if reader.done:
+                        ended = True
+                        break
             self._drains.spawn(_drain(response))  # off the turn's clock: the connection goes back to the pool
             response = None
+        except ErrorLine as line:
+            raise mid_stream_error(line.raw) from None
         except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors
             limit = self.upstream.read_timeout_s
             what = "did not connect" if isinstance(exc, _CONNECT_TIMEOUT) else f"sent nothing for {limit:g} s"
@@ -263,6 +266,12 @@ def engine_ms(timings: Any) -> float | None:
             return None
         total += part
     return total
+
+
+def preview(data: bytes | str, chars: int = 200) -> str:
+    """The start of a payload, for an error message."""
+    text = data if isinstance(data, str) else data[: chars * 4].decode(errors="replace")
+    return text[:chars]
 
 
 def mid_stream_error(raw: bytes) -> Retryable:

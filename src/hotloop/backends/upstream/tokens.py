@@ -29,7 +29,7 @@ from hotloop.backends.toolcalls.harmony import HarmonyParser
 from hotloop.backends.toolcalls.streaming import ToolParser, make_parser
 from hotloop.backends.toolcalls.text import ToolCalls
 from hotloop.backends.toolcalls.thinking import OPEN, ThinkParser
-from hotloop.backends.upstream.client import Retryable, UpstreamBackend, engine_ms, mid_stream_error
+from hotloop.backends.upstream.client import Retryable, UpstreamBackend, engine_ms, mid_stream_error, preview
 from hotloop.backends.upstream.prompt_json import PromptJSON
 from hotloop.chat.format import ChatFormat
 from hotloop.config import Upstream
@@ -130,13 +130,13 @@ class _Reader:
         self.engine_ms: float | None = None
         self.pieces = 0
 
-    def feed(self, data: str) -> list[Delta]:
+    def feed(self, data: bytes | str) -> list[Delta]:
         try:
             chunk = msgspec.json.decode(data)
         except msgspec.DecodeError:
-            raise BackendError(f"The upstream engine sent an unreadable chunk: {data[:200]}") from None
+            raise BackendError(f"The upstream engine sent an unreadable chunk: {preview(data)}") from None
         if not isinstance(chunk, dict):
-            raise BackendError(f"The upstream engine sent an unexpected chunk: {data[:200]}")
+            raise BackendError(f"The upstream engine sent an unexpected chunk: {preview(data)}")
         if chunk.get("error") is not None:
             raise mid_stream_error(msgspec.json.encode({"error": chunk["error"]}))
         text = self.read(chunk)
