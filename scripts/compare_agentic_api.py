@@ -222,16 +222,58 @@ class EngineLog:
         await self.http.aclose()
 
 
+@dataclass(frozen=True)
+class Profile:
+    """`--profile DIR`: py-spy records every measured hotloop rollout (its workers included) into DIR."""
+
+    directory: Path
+    kind: str  # gil: samples holding the GIL; wall: every sample, idle ones too
+    rate: int
+
+
+PY_SPY_START_S = 1.0  # py-spy attaches to every worker before the rollout starts
+
+
+@contextlib.contextmanager
+def profiled(profile: Profile | None, gateway: Gateway, name: str) -> Iterator[None]:
+    """py-spy over the block (`record --nonblocking`: it never pauses the gateway), its raw stacks (one line per
+    stack with its sample count, `scripts/profile_breakdown.py` reads them) in `name.txt`."""
+    if profile is None or gateway.key == REFERENCE:
+        yield
+        return
+    output = profile.directory / f"{name}.txt"
+    flag = "--gil" if profile.kind == "gil" else "--idle"
+    command = [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(gateway.child.pid)]
+    command += ["--subprocesses", "--nonblocking", flag, "--rate", str(profile.rate), "--format", "raw"]
+    spy = subprocess.Popen([*command, "--output", str(output)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(PY_SPY_START_S)
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes what it has and exits
+        _, err = spy.communicate(timeout=60)
+        if spy.returncode not in (0, -signal.SIGINT) or not output.exists():
+            raise BenchError(f"py-spy failed ({spy.returncode}): {err.decode(errors='replace')[-500:]}")
+
+
 async def rollout_once(
-    gateway: Gateway, mode: str, run: int, rollout: Rollout, config: AgentLoopConfig, engine: Child, log: EngineLog
+    gateway: Gateway,
+    mode: str,
+    run: int,
+    rollout: Rollout,
+    config: AgentLoopConfig,
+    engine: Child,
+    log: EngineLog,
+    profile: Profile | None = None,
 ) -> Sample:
     """One rollout through `gateway` in `mode`, with the CPU both processes spent on it."""
     config = replace(config, model=gateway.model)
     client = await open_client(mode, gateway.base_url, request_fields(config))
     try:
-        cpu_before = cpu_seconds(gateway.child.pid), cpu_seconds(engine.pid)
-        record = await run_rollout(client, rollout, config, run, Progress(enabled=False))
-        cpu_after = cpu_seconds(gateway.child.pid), cpu_seconds(engine.pid)
+        with profiled(profile, gateway, f"{gateway.key}-{mode}-{run}"):
+            cpu_before = cpu_seconds(gateway.child.pid), cpu_seconds(engine.pid)
+            record = await run_rollout(client, rollout, config, run, Progress(enabled=False))
+            cpu_after = cpu_seconds(gateway.child.pid), cpu_seconds(engine.pid)
     finally:
         await client.close()
     turns = len(record.turns)
@@ -277,6 +319,10 @@ async def compare(
     )
     rollout = Rollout(turns=args.turns, context_tokens=args.context_tokens, chars_per_token=engine_chars_per_token())
     log = EngineLog(engine_url)
+    profile = None
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+        profile = Profile(Path(args.profile), args.profile_kind, args.profile_rate)
     try:
         progress.update("warm-up: 2 turns per gateway and mode", final=True)
         unsupported = await warm_up(gateways, args.modes, config, engine, log)
@@ -287,7 +333,7 @@ async def compare(
                 for gateway in [*gateways[shift:], *gateways[:shift]]:
                     if f"{gateway.key} {mode}" in unsupported:
                         continue
-                    sample = await rollout_once(gateway, mode, run, rollout, config, engine, log)
+                    sample = await rollout_once(gateway, mode, run, rollout, config, engine, log, profile)
                     samples.append(sample)
                     progress.update(
                         f"run {run + 1}/{args.runs} {mode:<10} {gateway.label:<22} e2e {sample.e2e_ms / 1000:.2f} s "
@@ -517,6 +563,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--venv", help="a virtualenv to keep agentic-api in (reused); default: a temporary one")
     parser.add_argument("--json", metavar="PATH", help="write the whole result (every turn) as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--profile", metavar="DIR", help="py-spy every measured hotloop rollout into DIR")
+    parser.add_argument("--profile-kind", choices=("gil", "wall"), default="gil", help="py-spy's --gil or --idle")
+    parser.add_argument("--profile-rate", type=int, default=1000, help="py-spy samples a second")
     args = parser.parse_args(argv)
     if REFERENCE not in args.gateways:
         parser.error(f"--gateways must include {REFERENCE}: the ratios are against it")
