@@ -1,10 +1,9 @@
-"""Wake-ups when a database's files change, whichever process wrote them: inotify on Linux, so that an idle server
-is not woken to look at files nobody touched. `FileChanges.open` answers None where inotify is unavailable (another
-OS, a kernel without it, no watches left); the caller then polls.
+"""Wake-ups when a file changes, whichever process wrote it: inotify on Linux, so that an idle server is not woken
+to look at files nobody touched. `FileChanges.open` answers None where inotify is unavailable (another OS, a kernel
+without it, no watches left); the caller then polls.
 
-Only the file's own name and its companions (`-wal`, `-journal`) count: the directory may hold other files. SQLite's
-`-shm` index is written through a memory map, which inotify does not see, and needs no look of its own: every
-commit also writes the WAL.
+The watch is on the file's directory (the file may not exist yet, or be replaced); only the names asked for count.
+A write through a memory map (SQLite's `-shm`) is not seen: inotify reports write(2)s.
 """
 
 from __future__ import annotations
@@ -16,16 +15,18 @@ import ctypes.util
 import os
 import struct
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 IN_MODIFY = 0x002
+IN_CLOSE_WRITE = 0x008
 IN_MOVED_TO = 0x080
 IN_CREATE = 0x100
 IN_Q_OVERFLOW = 0x4000
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then `len` bytes of NUL-padded name
-_WATCHED = IN_MODIFY | IN_CREATE | IN_MOVED_TO
+_WATCHED = IN_MODIFY | IN_CLOSE_WRITE | IN_CREATE | IN_MOVED_TO
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -55,27 +56,27 @@ def changed_names(buffer: bytes) -> tuple[set[str], bool]:
 
 
 class FileChanges:
-    """An inotify watch on the database's directory; `wait` returns once one of its files changed."""
+    """An inotify watch on a directory; `wait` returns once one of the named files in it changed."""
 
-    def __init__(self, fd: int, path: Path) -> None:
+    def __init__(self, fd: int, names: Collection[str]) -> None:
         self._fd = fd
-        self._names = {path.name, path.name + "-wal", path.name + "-journal"}
+        self._names = frozenset(names)
 
     @classmethod
-    def open(cls, path: Path) -> FileChanges | None:
+    def open(cls, directory: Path, names: Collection[str]) -> FileChanges | None:
         libc = _libc()
         if libc is None:
             return None
         fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
             return None
-        if libc.inotify_add_watch(fd, os.fsencode(path.parent), _WATCHED) < 0:
+        if libc.inotify_add_watch(fd, os.fsencode(directory), _WATCHED) < 0:
             os.close(fd)
             return None
-        return cls(fd, path)
+        return cls(fd, names)
 
     def _changed(self) -> bool:
-        """Read every queued event: did one of the database's files change?"""
+        """Read every queued event: did one of the named files change?"""
         changed = False
         while True:
             try:

@@ -2,7 +2,8 @@
 
 A chain loads in one query (a recursive CTE over `parent`), so continuing a long conversation from the store
 costs one round trip, not one per turn. Processes sharing the file (several workers) learn of each other's
-deletions from a small `deletions` table each one reads after the files change (file_changes.py).
+deletions from a small `deletions` table, which each one reads when a process that deleted touched the
+`-deletions` file beside the database (inotify, file_changes.py), or polls where that is not seen.
 """
 
 from __future__ import annotations
@@ -96,9 +97,10 @@ ORDER BY c.depth DESC, i.kind, i.position
 """
 DELETION_POLL_S = 0.5  # the shortest time between two looks at the deletions table
 DELETIONS_KEPT_S = 300.0  # a process that looks less often than this misses deletions (it never does)
-# With inotify (Linux), a look follows a write to the files; this is the longest wait for one regardless (the
-# deletions table's pruning is due then anyway), in case a filesystem reports no writes.
+# With inotify (Linux), a look follows a deletion's announcement; this is the longest wait for one regardless (the
+# deletions table's pruning is due then anyway), in case an announcement went unseen.
 DELETION_CHECK_S = DELETIONS_KEPT_S / 10
+ANNOUNCE_SUFFIX = "-deletions"  # the file beside the database a deleting process writes to, after its commit
 WRITE_BATCH = 256  # writes committed together at most (the queue's backlog under load)
 # A write: its work on the writer's connection, and where its result goes (the awaiting loop and future).
 _Job = tuple[Callable[[sqlite3.Connection], Any], tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]"]]
@@ -148,6 +150,7 @@ def _wal(conn: sqlite3.Connection) -> None:
 class SQLiteStore(SQLiteConversations):
     def __init__(self, path: Path, retention: Retention | None = None) -> None:
         self._path = path
+        self._announcements = path.with_name(path.name + ANNOUNCE_SUFFIX)
         self.retention = retention or Retention()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._writes: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -199,6 +202,14 @@ class SQLiteStore(SQLiteConversations):
                 loop.call_soon_threadsafe(_settle_all, settled)
         conn.close()
 
+    def _announce(self) -> None:
+        """Tell the processes sharing the file that the deletions table grew (they watch this file): a one-byte
+        write to a file in the page cache, after the deletion's commit, so whoever wakes finds its row."""
+        try:
+            self._announcements.write_bytes(b"1")
+        except OSError as exc:  # they still look every DELETION_CHECK_S
+            log.warning("could not announce a deletion (%s): other processes see it within %gs", exc, DELETION_CHECK_S)
+
     def _file_stamp(self) -> tuple[tuple[int, int], ...]:
         """Size and modification time of the database and its WAL: they change with every commit, any process's."""
         stamps = []
@@ -242,19 +253,18 @@ class SQLiteStore(SQLiteConversations):
         seen = await self._read(latest)
         pruned_at = looked_at = time.monotonic()
         stamp = self._file_stamp()
-        changes = FileChanges.open(self._path)
+        changes = FileChanges.open(self._path.parent, [self._announcements.name])
         try:
             while True:
-                # At most two looks a second, however busy the files; with inotify, none while nobody writes.
+                # At most two looks a second, however often responses are deleted; with inotify, none while none is.
                 await asyncio.sleep(max(0.0, looked_at + DELETION_POLL_S - time.monotonic()))
-                if changes is not None:
-                    await changes.wait(DELETION_CHECK_S)
+                announced = changes is not None and await changes.wait(DELETION_CHECK_S)
                 looked_at = time.monotonic()
-                # Nothing was committed since the last look (no process wrote to the files): nothing to read. A
-                # stat on the event loop instead of a query on a thread keeps an idle server nearly silent.
+                # Polling: nothing was committed since the last look (no process wrote to the files), so nothing to
+                # read; a stat on the event loop instead of a query on a thread.
                 now = self._file_stamp()
                 prune = looked_at - pruned_at >= DELETION_CHECK_S
-                if now == stamp and not prune:
+                if not announced and now == stamp and not prune:
                     continue
                 stamp = now
                 try:
@@ -303,7 +313,9 @@ class SQLiteStore(SQLiteConversations):
                 _remove(conn, [response_id])
             return found is not None
 
-        return await self._write(work)
+        if deleted := await self._write(work):
+            self._announce()
+        return deleted
 
     async def expire(self, before: int, limit: int) -> list[str]:
         def work(conn: sqlite3.Connection) -> list[str]:
@@ -316,7 +328,7 @@ class SQLiteStore(SQLiteConversations):
             _remove(conn, ids)
             return ids
 
-        return await self._write(work)
+        return await self._removed(work)
 
     async def trim(self, max_bytes: int, limit: int) -> list[str]:
         def work(conn: sqlite3.Connection) -> list[str]:
@@ -333,7 +345,12 @@ class SQLiteStore(SQLiteConversations):
             _remove(conn, ids)
             return ids
 
-        return await self._write(work)
+        return await self._removed(work)
+
+    async def _removed(self, work: Callable[[sqlite3.Connection], list[str]]) -> list[str]:
+        if ids := await self._write(work):
+            self._announce()
+        return ids
 
     async def stored_bytes(self) -> int:
         return int(
