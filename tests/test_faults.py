@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from conftest import RunningServer, start_server
-from hotloop.pipeline.stall import BackendStalled, StallTimer
+from hotloop.stall import BackendStalled, StallTimer
 from http_support import check_sequence, error_of, parse_sse, usage_record, wait_status
 from metrics_support import Scrape
 from process_support import ServerProcess

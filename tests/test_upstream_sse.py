@@ -33,10 +33,10 @@ def test_any_cut_of_the_stream_gives_the_same_payloads(cuts: list[int]) -> None:
     assert read([chunk for chunk in chunks if chunk]) == PAYLOADS  # a read gives b"" only at the end
 
 
-def test_an_error_line_raises_with_its_text() -> None:
-    with pytest.raises(ErrorLine) as raised:
-        read([b'data: {"a": 1}\n\nerror: {"message": "boom"}\n'])
-    assert raised.value.raw == b'{"message": "boom"}'
+def test_an_error_line_comes_in_its_place_after_the_payloads_before_it() -> None:
+    # One read holding output and then llama.cpp's error line: the output is the client's (it was sent first).
+    got = read([b'data: {"a": 1}\n\nerror: {"message": "boom"}\n\ndata: {"b": 2}\n'])
+    assert got == [b'{"a": 1}', ErrorLine(b'{"message": "boom"}'), b'{"b": 2}']
 
 
 def test_a_line_past_the_limit_fails_the_stream(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,6 @@
 """The generate stage of a turn: the backend's deltas become events, each wait on the backend bounded by the stall
-timer (stall.py), and the stage ends with an `Outcome` that finishing (finish.py) records. A backend's fault never
-escapes as an exception: it is an outcome (`failed`, with the error a client sees).
+timer (hotloop/stall.py), and the stage ends with an `Outcome` that finishing (finish.py) records. A backend's
+fault never escapes as an exception: it is an outcome (`failed`, with the error a client sees).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from hotloop.observability.metrics import Metrics
 from hotloop.observability.timings import StageTimings
 from hotloop.observability.tracing import GenerationSpan
 from hotloop.pipeline.merge import DeltaMerger
-from hotloop.pipeline.stall import BackendStalled, StallTimer
+from hotloop.stall import BackendStalled, StallTimer
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
 from hotloop.wire.response import ErrorInfo, Usage

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncGenerator, Coroutine, Sequence
 from typing import Any, Protocol
@@ -25,6 +26,7 @@ from hotloop.backends.base import BackendError, Delta, Finished, GenerationReque
 from hotloop.backends.upstream.routing import Router
 from hotloop.backends.upstream.sse import ErrorLine, SSEPayloads
 from hotloop.config import Upstream
+from hotloop.stall import StallTimer
 
 log = logging.getLogger("hotloop.upstream")
 RETRYABLE_STATUS = frozenset({408, 500, 502, 503, 504})
@@ -32,9 +34,6 @@ ERROR_BODY_BYTES = 4096
 # A request that fails this way before any response went out on a connection the engine had closed (a fresh
 # connection that cannot be made fails with ClientConnectorError instead).
 _STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
-_CONNECT_TIMEOUT: tuple[type[Exception], ...] = tuple(
-    kind for kind in (getattr(aiohttp, "ConnectionTimeoutError", None),) if isinstance(kind, type)
-)
 # How much of a stream aiohttp buffers before it stops reading the socket (a line may be longer: sse.py).
 READ_BUFFER = 4 << 20
 DRAIN_S = 0.25  # the longest wait for a stream's end after its last event (it normally follows at once)
@@ -123,10 +122,9 @@ class UpstreamBackend:
             headers = {"content-type": "application/json"}
             if up.api_key:
                 headers["authorization"] = f"Bearer {up.api_key}"
-            # `sock_read`: the longest silence between two chunks; no total limit (a long answer is fine).
-            timeout = aiohttp.ClientTimeout(
-                total=None, connect=up.connect_timeout_s, sock_connect=up.connect_timeout_s, sock_read=up.read_timeout_s
-            )
+            # No total limit (a long answer is fine), and no `sock_read`: aiohttp re-arms that timer on every chunk
+            # the socket delivers (~10 µs each); `_attempt` bounds each of its reads by `read_timeout_s` instead.
+            timeout = aiohttp.ClientTimeout(total=None, connect=up.connect_timeout_s, sock_connect=up.connect_timeout_s)
             connector = aiohttp.TCPConnector(limit=up.max_connections, limit_per_host=up.max_connections)
             self._client = aiohttp.ClientSession(
                 connector=connector,
@@ -185,15 +183,18 @@ class UpstreamBackend:
     ) -> AsyncGenerator[Delta, None]:
         client = self._http()
         response: aiohttp.ClientResponse | None = None
+        silence = StallTimer(self.upstream.read_timeout_s, functools.partial(_silent, url))
         try:
-            response = await client.post(url, data=payload, headers=headers)
+            response = await silence.wait(client.post(url, data=payload, headers=headers))
             if response.status >= 400:
-                raise await status_error(url, response)
+                raise await silence.wait(status_error(url, response))
             content, stream, ended = response.content, SSEPayloads(), False
             while not ended:
-                chunk = await content.readany()
+                chunk = await silence.wait(content.readany())
                 ended = not chunk
                 for data in stream.feed(chunk):
+                    if isinstance(data, ErrorLine):
+                        raise mid_stream_error(data.raw)
                     if data == b"[DONE]":
                         ended = True
                         break
@@ -204,22 +205,23 @@ class UpstreamBackend:
                         break
             self._drains.spawn(_drain(response))  # off the turn's clock: the connection goes back to the pool
             response = None
-        except ErrorLine as line:
-            raise mid_stream_error(line.raw) from None
-        except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors
-            limit = self.upstream.read_timeout_s
-            what = "did not connect" if isinstance(exc, _CONNECT_TIMEOUT) else f"sent nothing for {limit:g} s"
-            raise Retryable(BackendError(f"The upstream engine {what} ({url}).")) from None
+        except TimeoutError:  # aiohttp's connect timeout (the read timeout is `silence`'s)
+            raise Retryable(BackendError(f"The upstream engine did not connect ({url}).")) from None
         except aiohttp.ClientError as exc:
             error = BackendError(f"The upstream engine failed: {type(exc).__name__} {exc} ({url}).")
             if isinstance(exc, _STALE) and response is None:  # no answer yet: the request died on a closed connection
                 raise StaleConnection(error) from None
             raise Retryable(error) from None
         finally:
+            silence.close()
             if response is not None:  # cut short (an error, the client gone): closing it tells the engine to stop
                 response.close()
         for delta in reader.end():
             yield delta
+
+
+def _silent(url: str, limit: float) -> Retryable:
+    return Retryable(BackendError(f"The upstream engine sent nothing for {limit:g} s ({url})."))
 
 
 async def _drain(response: aiohttp.ClientResponse) -> None:

@@ -6,17 +6,18 @@ as they are.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from hotloop.backends.base import BackendError
 
 MAX_LINE = 8 << 20  # an engine that repeats its whole text in every chunk (SGLang without incremental output)
 
 
-class ErrorLine(Exception):
-    """llama.cpp's server sends a failure as an `error:` line; its text (the caller's `mid_stream_error`)."""
+class ErrorLine(NamedTuple):
+    """llama.cpp's server sends a failure as an `error:` line: its text, in its place among the payloads (the
+    payloads before it are the client's output, so they are read first)."""
 
-    def __init__(self, raw: bytes) -> None:
-        super().__init__(raw.decode(errors="replace"))
-        self.raw = raw
+    raw: bytes
 
 
 class SSEPayloads:
@@ -24,7 +25,7 @@ class SSEPayloads:
         self._partial: list[bytes] = []  # the start of a line whose end has not arrived
         self._partial_size = 0
 
-    def feed(self, chunk: bytes) -> list[bytes]:
+    def feed(self, chunk: bytes) -> list[bytes | ErrorLine]:
         """The payloads of the lines `chunk` completes; `b""` (the stream's end) completes the last one."""
         if not chunk:
             chunk = b"\n"
@@ -47,11 +48,11 @@ class SSEPayloads:
             raise BackendError(f"The upstream engine sent a line longer than {MAX_LINE} bytes.")
 
 
-def payload(line: bytes) -> bytes | None:
-    """A `data:` line's payload; None for any other line (SSE comments, `event:` lines, blank separators); an
-    `error:` line raises `ErrorLine`."""
+def payload(line: bytes) -> bytes | ErrorLine | None:
+    """A `data:` line's payload, an `error:` line's `ErrorLine`; None for any other line (SSE comments, `event:`
+    lines, blank separators)."""
     if line.startswith(b"data:"):
         return line[5:].strip()
     if line.startswith(b"error:"):
-        raise ErrorLine(line[6:].strip())
+        return ErrorLine(line[6:].strip())
     return None

@@ -1,6 +1,8 @@
-"""The backend timeout (`backend_timeout_s`): a wait on the model that lasts too long fails the response.
+"""A bound on each of a series of waits: the backend timeout (`backend_timeout_s`: a wait on the model that lasts
+too long fails the response, pipeline/generate.py), and an upstream engine's read timeout (`read_timeout_s`: the
+longest wait for its stream's next chunk, backends/upstream/client.py).
 
-One timer per turn, re-armed lazily: each wait only notes when it began, and the timer, when it fires, either
+One timer per series, re-armed lazily: each wait only notes when it began, and the timer, when it fires, either
 finds the current wait overdue (and cancels it) or sleeps until that wait's own deadline. Measured per delta on
 the 2-core dev machine (uvloop): about 2 µs, where an `asyncio.timeout` around each wait costs 10-15 µs.
 """
@@ -8,7 +10,7 @@ the 2-core dev machine (uvloop): about 2 µs, where an `asyncio.timeout` around 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -18,11 +20,17 @@ class BackendStalled(Exception):
     """The backend produced nothing within `backend_timeout_s` (protocol.md §2.9: a `server_error`)."""
 
 
-class StallTimer:
-    """Bounds each `wait` to `limit` seconds (0: no bound); only the awaited step's time counts."""
+def backend_stalled(limit: float) -> BackendStalled:
+    return BackendStalled(f"The model stalled: no output within {limit:g} s (backend_timeout_s).")
 
-    def __init__(self, limit: float) -> None:
+
+class StallTimer:
+    """Bounds each `wait` to `limit` seconds (0: no bound); only the awaited step's time counts. A wait past it
+    raises `expired(limit)`."""
+
+    def __init__(self, limit: float, expired: Callable[[float], BaseException] = backend_stalled) -> None:
         self.limit = limit
+        self._error = expired
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task[object] | None = None
         self._since: float | None = None  # when the current wait began; None between waits
@@ -46,9 +54,7 @@ class StallTimer:
             if self._expired and task is not None:
                 self._expired = False
                 if task.uncancel() <= self._cancelling:  # our cancellation alone, not the client's too
-                    raise BackendStalled(
-                        f"The model stalled: no output within {self.limit:g} s (backend_timeout_s)."
-                    ) from None
+                    raise self._error(self.limit) from None
             raise
         finally:
             self._since = None
