@@ -2,8 +2,8 @@
 to look at files nobody touched. `FileChanges.open` answers None where inotify is unavailable (another OS, a kernel
 without it, no watches left); the caller then polls.
 
-The watch is on the file's directory (the file may not exist yet, or be replaced); only the names asked for count.
-A write through a memory map (SQLite's `-shm`) is not seen: inotify reports write(2)s.
+The watch is on the file's directory (the file may not exist yet, or be replaced); only the names asked for count,
+and a file counts as changed when a process that wrote to it closes it (or one is moved into its place).
 """
 
 from __future__ import annotations
@@ -18,15 +18,14 @@ import sys
 from collections.abc import Collection
 from pathlib import Path
 
-IN_MODIFY = 0x002
 IN_CLOSE_WRITE = 0x008
 IN_MOVED_TO = 0x080
-IN_CREATE = 0x100
 IN_Q_OVERFLOW = 0x4000
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then `len` bytes of NUL-padded name
-_WATCHED = IN_MODIFY | IN_CLOSE_WRITE | IN_CREATE | IN_MOVED_TO
+# A write counts once its writer closes the file: one event a write-and-close, not one per write(2).
+_WATCHED = IN_CLOSE_WRITE | IN_MOVED_TO
 
 
 def _libc() -> ctypes.CDLL | None:
