@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import ctypes.util
+import functools
 import os
 import struct
 import sys
@@ -28,11 +28,13 @@ _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len; then `len` bytes of NUL
 _WATCHED = IN_CLOSE_WRITE | IN_MOVED_TO
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """The C library's inotify calls, from the interpreter's own symbols (no `find_library`: it runs ldconfig)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.inotify_init1.argtypes = [ctypes.c_int]
         libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
     except (OSError, AttributeError):
