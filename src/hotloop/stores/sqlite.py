@@ -250,11 +250,13 @@ class SQLiteStore(SQLiteConversations):
         def latest(conn: sqlite3.Connection) -> int:
             return int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM deletions").fetchone()[0])
 
-        seen = await self._read(latest)
-        pruned_at = looked_at = time.monotonic()
-        stamp = self._file_stamp()
+        # The watch first, then where the table stands: every deletion after that reading is announced to the watch
+        # (the other order could leave one unseen until DELETION_CHECK_S).
         changes = FileChanges.open(self._path.parent, [self._announcements.name])
         try:
+            seen = await self._read(latest)
+            pruned_at = looked_at = time.monotonic()
+            stamp = self._file_stamp()
             while True:
                 # At most two looks a second, however often responses are deleted; with inotify, none while none is.
                 await asyncio.sleep(max(0.0, looked_at + DELETION_POLL_S - time.monotonic()))
