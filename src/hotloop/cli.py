@@ -74,5 +74,5 @@ def serve(settings: Settings) -> int:
             return 1
     from hotloop.transports.server import Server, server_config
 
-    Server(server_config(settings)).run()  # with hotloop's graceful shutdown on SIGTERM
+    Server(server_config(settings), own_process=True).run()  # graceful shutdown on SIGTERM included
     return 0

@@ -223,7 +223,7 @@ def worker_main() -> int:
     sock = socket.socket(fileno=int(os.environ[SOCKET_ENV]))
     try:
         settings = msgspec.json.decode(sys.stdin.buffer.read(), type=Settings)
-        server = Server(server_config(settings))  # the single-process server, graceful shutdown included
+        server = Server(server_config(settings), own_process=True)  # as a single-process server
     except Exception:
         log.exception("worker could not be configured")
         return STARTUP_FAILURE
