@@ -157,6 +157,12 @@ class Service:
             self.sessions.add(session)
         return session
 
+    def end_session(self, session: Session) -> None:
+        """A WebSocket's session ends with its connection: its lanes leave the budget and it leaves the live sessions
+        now, not whenever the collector gets to the connection's objects."""
+        session.clear()
+        self.sessions.discard(session)
+
     def forget(self, response_id: str) -> None:
         """Drop a deleted response from every connection's cache in this process."""
         self.chains.forget(response_id)

@@ -183,7 +183,7 @@ class Connection:
         if self.workers:
             await asyncio.gather(*self.workers.values(), return_exceptions=True)
         self.workers.clear()
-        self.session.clear()
+        self.service.end_session(self.session)
 
 
 async def websocket_endpoint(websocket: WebSocket) -> None:
