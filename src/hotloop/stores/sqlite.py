@@ -315,9 +315,7 @@ class SQLiteStore(SQLiteConversations):
                 _remove(conn, [response_id])
             return found is not None
 
-        if deleted := await self._write(work):
-            self._announce()
-        return deleted
+        return await self._removed(work)
 
     async def expire(self, before: int, limit: int) -> list[str]:
         def work(conn: sqlite3.Connection) -> list[str]:
@@ -349,10 +347,11 @@ class SQLiteStore(SQLiteConversations):
 
         return await self._removed(work)
 
-    async def _removed(self, work: Callable[[sqlite3.Connection], list[str]]) -> list[str]:
-        if ids := await self._write(work):
+    async def _removed(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """A write that deletes responses (what it answers is truthy when it deleted any), announced once committed."""
+        if removed := await self._write(work):
             self._announce()
-        return ids
+        return removed
 
     async def stored_bytes(self) -> int:
         return int(
