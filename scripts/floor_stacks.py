@@ -58,7 +58,7 @@ class RSGIFloor:
             message = await transport.receive()
             if message.kind == 0:  # close
                 break
-            await self.app._frame(message.data, conversation, send)
+            await self.app.frame(message.data, conversation, send)
         protocol.close(1000)
 
 

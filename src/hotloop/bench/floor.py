@@ -168,9 +168,10 @@ class FloorApp:
             if message["type"] == "websocket.disconnect":
                 return
             data = message.get("text")
-            await self._frame(data if data is not None else message.get("bytes") or b"", conversation, send)
+            await self.frame(data if data is not None else message.get("bytes") or b"", conversation, send)
 
-    async def _frame(self, data: str | bytes, conversation: Conversation, send: Send) -> None:
+    async def frame(self, data: str | bytes, conversation: Conversation, send: Send) -> None:
+        """One client frame on `conversation`'s WebSocket: a create's turn replayed through `send` (ASGI messages)."""
         received = time.perf_counter()
         create = _decode_frame(data)
         if create.type != "response.create":
