@@ -146,7 +146,9 @@ def test_sigterm_drains_then_exits_cleanly(tmp_path: Path) -> None:
             "/responses", json={"model": SIM, "input": "bg", "background": True, "metadata": SLOW}
         ).json()
         load.wait_started()
-        _wait_generating(server, "http", 2)  # both JSON requests are generating (not merely sent)
+        # Both JSON requests are generating (not merely sent); the background response counts as "http" too, so
+        # two would be met by it and the short JSON while the long one is not yet admitted (it would get a 503).
+        _wait_generating(server, "http", 3)
 
         server.signal()
         sigterm_at = time.monotonic()
