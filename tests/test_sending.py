@@ -161,3 +161,26 @@ def test_a_reader_that_keeps_up_gets_every_token_as_a_delta(sending_server: Runn
         events = ws.turn(input="hi", metadata={"sim_output_tokens": "200", "sim_tps": "20000", "sim_tool_calls": "0"})
     deltas = [event for event in events if event["type"] == "response.output_text.delta"]
     assert len(deltas) == 200
+
+
+def test_a_fast_models_deltas_share_writes_within_the_flush_window(tmp_path: Path) -> None:
+    """64 deltas a millisecond apart: with no window about one write each; with a 20 ms window a handful, every
+    frame still whole, in order and schema-valid, and the terminal event not held back."""
+    tokens = {"sim_output_tokens": "64", "sim_tps": "1000", "sim_tool_calls": "0"}
+    writes = {}
+    for window_ms in (0.0, 20.0):
+        running = start_server(tmp_path / str(window_ms), models=["hotloop-sim"], stream_flush_ms=window_ms)
+        try:
+            with WS(running.ws_url) as ws:
+                events = ws.turn(input="hello", metadata=tokens)
+                [connection] = list(running.service.drain.connections)
+                writes[window_ms] = connection.writer.writes
+        finally:
+            running.stop()
+        for event in events:
+            check_event(event)
+        check_sequence(events)
+        assert final(events)["status"] == "completed"
+        assert sum(event["type"] == "response.output_text.delta" for event in events) == 64  # frames unchanged
+    assert writes[0.0] >= 30  # about one write per delta (fewer where the loop ran late and deltas met)
+    assert writes[20.0] <= 12  # 64 ms of deltas in 20 ms windows, and the few events that are not deltas

@@ -81,6 +81,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_body_bytes: int = 16 * MiB
     strict_params: bool = False
     sse_done: bool = True
+    stream_flush_ms: float = 5.0
     reasoning_events: Literal["openai", "openresponses", "none"] = "openai"
     websocket: bool = True
     ws_deflate: bool = False
@@ -175,6 +176,9 @@ HELP: dict[str, str] = {
     "max_body_bytes": "Largest HTTP body or WebSocket frame accepted (413 / close 1009 beyond).",
     "strict_params": "Reject unknown request fields with 400 unknown_parameter instead of ignoring them.",
     "sse_done": "End SSE streams with `data: [DONE]`.",
+    "stream_flush_ms": "WebSocket and SSE: a delta event that follows the last written delta by less than this many "
+    "milliseconds waits until then, so the deltas of a fast model share a write; other events never wait (0: "
+    "every delta is written in the loop iteration that made it).",
     "reasoning_events": "How a reasoning item's raw text streams: openai (response.reasoning_text.*: openai-python's "
     "types, Codex's live reasoning), openresponses (response.reasoning.*) or none (the text in output_item.done "
     "only; protocol.md §2.6).",

@@ -97,7 +97,13 @@ async def create_response(request: Request) -> Response:
         return await _background(service, turn, stream=bool(create.stream))
     if create.stream:
         state = SendState()
-        return sse_response(turn.events(state.congested), done=service.settings.sse_done, state=state)
+        settings = service.settings
+        return sse_response(
+            turn.events(state.congested),
+            done=settings.sse_done,
+            state=state,
+            flush_window_s=settings.stream_flush_ms / 1000,
+        )
     return await _json_result(request, turn)
 
 

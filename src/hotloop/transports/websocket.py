@@ -64,7 +64,7 @@ class Connection:
         self.active = asyncio.Semaphore(settings.ws_max_active)  # responses generating at once (§3.5)
         self.queues: dict[Lane, asyncio.Queue[Work]] = {}
         self.workers: dict[Lane, asyncio.Task[None]] = {}
-        self.writer = FrameWriter(websocket)
+        self.writer = FrameWriter(websocket, settings.stream_flush_ms / 1000)
 
     async def perform(self, actions: list[Action]) -> Run | None:
         """Do what the protocol decided, in order; a `Run` is handed back for the lane's worker to run."""
@@ -155,7 +155,7 @@ class Connection:
         try:
             async with contextlib.aclosing(turn.events(congested)) as events:
                 async for event in events:  # per event: the send and one count, nothing more
-                    await send(event.data)
+                    await send(event.data, event.delta)
                     stream.sent += 1
         except BaseException:
             self.protocol.abandoned(stream)

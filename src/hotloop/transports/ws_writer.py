@@ -7,6 +7,9 @@ trip (ASGI carries text frames as str) and a socket write of its own. With uvico
 in one iteration of the event loop together, after the producers of that iteration have run. Any other ASGI server
 gets the plain ASGI path, frame by frame.
 
+A delta frame may wait a few milliseconds more, to share its write with the deltas after it (pacing.py); any
+other frame is written with this loop iteration's write, and takes the waiting deltas along.
+
 The writer never makes a producer wait. While the client reads slower than the server writes (the transport has
 paused writing), frames stay queued here and `congested` is true, so that a turn merges its deltas instead of
 queueing a frame per token (pipeline/merge.py); the queue is written once the transport resumes.
@@ -20,6 +23,8 @@ import struct
 from typing import Any
 
 from starlette.websockets import WebSocket
+
+from hotloop.transports.pacing import FlushWindow
 
 OP_TEXT_FIN = 0x81  # FIN + text opcode (RFC 6455 §5.2); server frames are never masked
 
@@ -39,12 +44,15 @@ def text_frame(data: bytes) -> bytes:
 
 
 class FrameWriter:
-    def __init__(self, websocket: WebSocket) -> None:
+    def __init__(self, websocket: WebSocket, flush_window_s: float = 0.0) -> None:
         self.ws = websocket
         self._protocol = _sansio_protocol(websocket)
         self._queue: list[bytes] = []
         self._loop = asyncio.get_running_loop()
         self._flush_scheduled = False
+        self._window = FlushWindow(flush_window_s)
+        self._timer: asyncio.TimerHandle | None = None  # a delta waiting for the window's end
+        self._queued_delta = False
         self._resume: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # the ASGI path only: one send at a time
         self.writes = 0  # transport writes (tests read it: fewer than frames when coalesced)
@@ -60,8 +68,9 @@ class FrameWriter:
         protocol = self._protocol
         return protocol is not None and not protocol.writable.is_set()
 
-    async def send(self, data: bytes) -> None:
-        """Queue one text frame; it leaves at the end of this loop iteration (raises `WriterClosed` once closing)."""
+    async def send(self, data: bytes, delta: bool = False) -> None:
+        """Queue one text frame; it leaves at the end of this loop iteration, or, a `delta`, at the end of the flush
+        window (raises `WriterClosed` once closing)."""
         protocol = self._protocol
         if protocol is None:
             async with self._lock:
@@ -71,12 +80,24 @@ class FrameWriter:
         if protocol.disconnected or protocol.close_sent:
             raise WriterClosed("the WebSocket is closing")
         self._queue.append(data)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+        if self._flush_scheduled:
+            return
+        if delta:
+            self._queued_delta = True
+            if self._timer is not None:
+                return  # it leaves with the deltas already waiting
+            wait = self._window.delay(self._loop.time())
+            if wait > 0:
+                self._timer = self._loop.call_later(wait, self._flush)
+                return
+        self._flush_scheduled = True
+        self._loop.call_soon(self._flush)
 
     def _flush(self, force: bool = False) -> None:
         self._flush_scheduled = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         protocol = self._protocol
         if not self._queue or protocol is None:
             return
@@ -98,6 +119,9 @@ class FrameWriter:
             chunk = b"".join([*pending, *map(text_frame, queued)])
         protocol.transport.write(chunk)
         self.writes += 1
+        if self._queued_delta:
+            self._queued_delta = False
+            self._window.wrote(self._loop.time())
 
     async def _flush_when_writable(self) -> None:
         protocol = self._protocol
@@ -108,6 +132,9 @@ class FrameWriter:
     async def close(self, code: int, reason: str = "") -> None:
         """Send what is queued, then the close frame."""
         self._flush(force=True)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._resume is not None:
             self._resume.cancel()
         await self.ws.close(code, reason)

@@ -225,14 +225,17 @@ class WebSocketError(msgspec.Struct, tag_field="type", tag="error", omit_default
 
 
 class Event:
-    """One encoded event: its `type`, the JSON bytes sent as they are on WebSocket and framed on SSE."""
+    """One encoded event: its `type`, the JSON bytes sent as they are on WebSocket and framed on SSE; `delta`: a
+    `*.delta` event, which a transport may hold for a few milliseconds to share a write with the next ones
+    (transports/pacing.py)."""
 
-    __slots__ = ("data", "terminal", "type")
+    __slots__ = ("data", "delta", "terminal", "type")
 
     def __init__(self, type: str, data: bytes, terminal: bool = False) -> None:
         self.type = type
         self.data = data
         self.terminal = terminal
+        self.delta = type.endswith(".delta")
 
     def sse(self) -> bytes:
         return b"event: " + self.type.encode() + b"\ndata: " + self.data + b"\n\n"
