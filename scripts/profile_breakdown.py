@@ -15,9 +15,9 @@ from pathlib import Path
 # (part, substrings of a frame that put a stack in it); the first part whose substring a frame holds wins, frame by
 # frame from the innermost.
 PARTS: list[tuple[str, tuple[str, ...]]] = [
-    ("client socket writes", ("ws_writer.py:99", "FrameWriter._flush", "httptools_impl.py", "sse.py")),
-    ("upstream request write", ("http_writer.py",)),
-    ("upstream stream read (aiohttp)", ("client_proto.py", "aiohttp/streams.py", "streams.py")),
+    ("client socket writes", ("FrameWriter._flush", "httptools_impl.py", "transports/sse.py")),
+    ("upstream request write", ("_Connection.send", "Pool.post", "http_writer.py")),
+    ("upstream stream read", ("upstream/http1.py", "upstream/sse.py", "client_proto.py", "aiohttp/streams.py")),
     ("upstream chunk decode", ("upstream/chat.py", "upstream/tokens.py", "chat.py", "tokens.py:")),
     ("tool-call parsing", ("streaming.py", "toolcalls", "hermes")),
     ("tokenizing", ("rust_tokenizer.py", "tokenizer", "incremental.py")),

@@ -257,9 +257,9 @@ def test_llamacpp_chat_timings_are_the_engines_own_time() -> None:
     from hotloop.backends.upstream.chat import _StreamReader
 
     reader = _StreamReader({})
-    reader.feed(json.dumps({"choices": [{"delta": {"content": "hi"}, "finish_reason": None}]}))
+    reader.feed([json.dumps({"choices": [{"delta": {"content": "hi"}, "finish_reason": None}]}).encode()])
     last = {"choices": [{"delta": {}, "finish_reason": "stop"}], "timings": {"prompt_ms": 2.0, "predicted_ms": 8.5}}
-    reader.feed(json.dumps(last))
+    reader.feed([json.dumps(last).encode()])
     finished = reader.end()[-1]
     assert isinstance(finished, Finished) and finished.engine_ms == 10.5
 

@@ -265,7 +265,7 @@ def test_a_continuations_chat_json_extends_its_parents_with_mcp_items() -> None:
 def test_an_engines_call_of_an_mcp_tool_is_one_of_kind_mcp() -> None:
     reader = _StreamReader(chat_messages.tool_by_wire_name([DOCS]))
     call = {"index": 0, "id": "c", "type": "function", "function": {"name": "docs__search", "arguments": "{}"}}
-    deltas = reader.feed(json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}))
+    deltas = reader.feed([json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}).encode()])
     assert deltas[0] == ToolCallStart("search", "mcp", "docs")
 
 

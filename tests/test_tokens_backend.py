@@ -240,7 +240,7 @@ def test_request_bodies_fit_sglang_context() -> None:
 
 
 def _read(reader: Any, chunks: list[dict[str, Any]]) -> str:
-    return "".join(delta.text for chunk in chunks for delta in reader.feed(json.dumps(chunk)))
+    return "".join(delta.text for chunk in chunks for delta in reader.feed([json.dumps(chunk).encode()]))
 
 
 def test_sglang_reader_takes_cumulative_or_incremental_text() -> None:
@@ -264,7 +264,7 @@ def test_llamacpp_timings_are_the_engines_own_time() -> None:
     [finished] = reader.end()
     assert isinstance(finished, Finished) and finished.engine_ms == 41.75 and finished.cached_tokens == 2
     bare = _LlamaCppReader(make_parser("none", [], True), 3)
-    bare.feed(json.dumps({"content": "", "stop": True, "timings": {"cache_n": 0}}))
+    bare.feed([json.dumps({"content": "", "stop": True, "timings": {"cache_n": 0}}).encode()])
     assert bare.end()[-1].engine_ms is None  # an engine that does not say
 
 
@@ -273,8 +273,8 @@ def test_vllm_abort_is_a_failure_not_an_answer() -> None:
     from hotloop.backends.upstream.tokens import _VLLMReader
 
     reader = _VLLMReader(make_parser("none", [], True), 3)
-    with pytest.raises(Retryable, match="aborted"):
-        reader.feed(json.dumps({"choices": [{"text": "", "finish_reason": "abort"}]}))
+    assert reader.feed([json.dumps({"choices": [{"text": "", "finish_reason": "abort"}]}).encode()]) == []
+    assert isinstance(reader.failure, Retryable) and "aborted" in str(reader.failure)
 
 
 TOOLS = [ToolSpec("get_weather"), ToolSpec("patch", kind="custom")]

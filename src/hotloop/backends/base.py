@@ -90,6 +90,22 @@ class Finished(msgspec.Struct):
 
 
 Delta = TextDelta | ReasoningDelta | ToolCallStart | ToolCallDelta | ToolCallEnd | Finished
+_PIECES = (TextDelta, ReasoningDelta, ToolCallDelta)
+
+
+def coalesced(deltas: list[Delta]) -> list[Delta]:
+    """Adjacent pieces of one kind (text, reasoning, call arguments) as one delta: what arrived together (one read
+    of an engine's stream, the tokens a simulated model owes at once) costs one event and one frame downstream."""
+    if len(deltas) < 2:
+        return deltas
+    out: list[Delta] = []
+    for delta in deltas:
+        last = out[-1] if out else None
+        if type(delta) is type(last) and isinstance(delta, _PIECES) and isinstance(last, _PIECES):
+            out[-1] = type(delta)(last.text + delta.text)
+        else:
+            out.append(delta)
+    return out
 
 
 class BackendError(Exception):

@@ -21,10 +21,11 @@ from hotloop.backends.base import (
     ToolCallDelta,
     ToolCallEnd,
     ToolCallStart,
+    coalesced,
 )
 from hotloop.backends.upstream import chat_messages as chat
 from hotloop.backends.upstream.chat_json import MessagesJSON
-from hotloop.backends.upstream.client import Retryable, UpstreamBackend, engine_ms, mid_stream_error, preview
+from hotloop.backends.upstream.client import Retryable, UpstreamBackend, decoded, engine_ms, mid_stream_error
 from hotloop.chat.specs import ToolSpec
 from hotloop.config import Upstream
 
@@ -78,6 +79,7 @@ class _Chunk(msgspec.Struct):
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
+_decode_chunks = msgspec.json.Decoder(list[_Chunk]).decode
 
 
 class OpenAIChatBackend(UpstreamBackend):
@@ -141,12 +143,21 @@ class _StreamReader:
         self.usage: _Usage | None = None
         self.engine_ms: float | None = None
         self.pieces = 0
+        self.failure: Exception | None = None
 
-    def feed(self, data: bytes | str) -> list[Delta]:
+    def feed(self, payloads: Sequence[bytes]) -> list[Delta]:
+        out: list[Delta] = []
         try:
-            chunk = _decode_chunk(data)
-        except msgspec.MsgspecError:
-            raise BackendError(f"The upstream engine sent an unreadable chunk: {preview(data)}") from None
+            for chunk in decoded(payloads, _decode_chunk, _decode_chunks):
+                out += self._chunk(chunk)
+        except (BackendError, Retryable) as exc:
+            self.failure = exc
+        if out:
+            self.started = True
+            self.pieces += len(out)
+        return coalesced(out)
+
+    def _chunk(self, chunk: _Chunk) -> list[Delta]:
         if chunk.error is not None:
             raise mid_stream_error(msgspec.json.encode({"error": chunk.error}))
         if chunk.usage is not None:
@@ -159,9 +170,6 @@ class _StreamReader:
                 out += self._delta(choice.delta)
             if choice.finish_reason is not None:
                 self.reason = "length" if choice.finish_reason == "length" else "stop"
-        if out:
-            self.started = True
-            self.pieces += len(out)
         return out
 
     def _delta(self, delta: _Delta) -> list[Delta]:

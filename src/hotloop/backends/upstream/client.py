@@ -2,12 +2,12 @@
 first token, the streamed payloads (sse.py), and an engine's failures as `BackendError`s.
 
 `chat.py` (chat messages) and `tokens.py` (token ids) subclass `UpstreamBackend` with their request body and
-their stream reader. One pooled `aiohttp.ClientSession` per upstream: its C parser reads an engine's stream at a
-fraction of the CPU a pure-Python HTTP stack spends per chunk (httpx took a third of a gateway's CPU in front of
-sim-engine; docs/benchmarks.md). A failure before the first token (unreachable,
-5xx, a stall, an error chunk) is retried `retries` times, on another replica when there is one; after it, never
-(the client has seen output). Closing the generator (the client went away, the response was cancelled, hotloop's
-own stall timer) closes the upstream connection, which is how an engine learns to stop generating.
+their stream reader. One pool of keep-alive connections per upstream (http1.py: hotloop's own HTTP/1.1 client on
+httptools; aiohttp before it spent ~0.5 ms of a turn's 4 ms on its request and per-chunk layers, and httpx a third
+of a gateway's CPU; docs/benchmarks.md). A failure before the first token (unreachable, 5xx, a stall, an error
+chunk) is retried `retries` times, on another replica when there is one; after it, never (the client has seen
+output). Closing the generator (the client went away, the response was cancelled, hotloop's own stall timer)
+closes the upstream connection, which is how an engine learns to stop generating.
 """
 
 from __future__ import annotations
@@ -16,27 +16,22 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncGenerator, Coroutine, Sequence
-from typing import Any, Protocol
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
 
-import aiohttp
 import msgspec
 
 from hotloop.backends.base import BackendError, Delta, Finished, GenerationRequest
+from hotloop.backends.upstream import http1
 from hotloop.backends.upstream.routing import Router
 from hotloop.backends.upstream.sse import ErrorLine, SSEPayloads
 from hotloop.config import Upstream
 from hotloop.stall import StallTimer
 
 log = logging.getLogger("hotloop.upstream")
+T = TypeVar("T")
 RETRYABLE_STATUS = frozenset({408, 500, 502, 503, 504})
 ERROR_BODY_BYTES = 4096
-# A request that fails this way before any response went out on a connection the engine had closed (a fresh
-# connection that cannot be made fails with ClientConnectorError instead).
-_STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
-# How much of a stream aiohttp buffers before it stops reading the socket (a line may be longer: sse.py).
-READ_BUFFER = 4 << 20
-DRAIN_S = 0.25  # the longest wait for a stream's end after its last event (it normally follows at once)
 _CONTEXT_HINTS = ("context length", "context window", "context size", "too many tokens", "maximum context")
 
 
@@ -57,36 +52,23 @@ class StaleConnection(Retryable):
 
 
 class StreamReader(Protocol):
-    """One attempt's stream: each `data:` payload in, hotloop deltas out."""
+    """One attempt's stream: the `data:` payloads of each read in, hotloop deltas out."""
 
     started: bool  # a delta has been yielded: no retry from here on
     done: bool  # the last chunk has been read (llama.cpp's `stop: true`): stop reading
+    # A chunk that failed the stream (an error chunk, one that is not JSON): raised once the output of the
+    # chunks before it in the same read has gone out.
+    failure: Exception | None
 
-    def feed(self, data: bytes) -> Sequence[Delta]:
-        """One `data:` payload (JSON, undecoded)."""
+    def feed(self, payloads: Sequence[bytes]) -> Sequence[Delta]:
+        """The payloads one read of the stream brought (JSON, undecoded), decoded at once; what they add to one
+        item (text, call arguments) comes out as one delta. Payloads after the last chunk (`done`) or a failing
+        one (`failure`) are ignored."""
         ...
 
     def end(self) -> Sequence[Delta]:
         """The deltas after the stream's last chunk, `Finished` last; `Retryable` when the stream was cut short."""
         ...
-
-
-class _Drains:
-    """Finished streams whose end is still being read (`_drain`), off the turns' clock; stopped on close."""
-
-    def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def spawn(self, drain: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.ensure_future(drain)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def stop(self) -> None:
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class UpstreamBackend:
@@ -105,8 +87,7 @@ class UpstreamBackend:
             failures=upstream.replica_failures,
             cooldown_s=upstream.down_cooldown_s,
         )
-        self._client: aiohttp.ClientSession | None = None
-        self._drains = _Drains()
+        self._pool: http1.Pool | None = None
 
     def body(self, request: GenerationRequest) -> dict[str, Any]:
         raise NotImplementedError
@@ -115,32 +96,21 @@ class UpstreamBackend:
         """A fresh reader for one attempt."""
         raise NotImplementedError
 
-    def _http(self) -> aiohttp.ClientSession:
-        # Created on first use, inside the serving event loop its pooled connections belong to.
-        if self._client is None:
+    def _http(self) -> http1.Pool:
+        # Created on first use, inside the serving event loop its connections belong to. No total time limit (a
+        # long answer is fine): `_attempt` bounds each wait for the engine by `read_timeout_s`.
+        if self._pool is None:
             up = self.upstream
-            headers = {"content-type": "application/json"}
+            headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "User-Agent": "hotloop"}
             if up.api_key:
-                headers["authorization"] = f"Bearer {up.api_key}"
-            # No total limit (a long answer is fine), and no `sock_read`: aiohttp re-arms that timer on every chunk
-            # the socket delivers (~10 µs each); `_attempt` bounds each of its reads by `read_timeout_s` instead.
-            timeout = aiohttp.ClientTimeout(total=None, connect=up.connect_timeout_s, sock_connect=up.connect_timeout_s)
-            connector = aiohttp.TCPConnector(limit=up.max_connections, limit_per_host=up.max_connections)
-            self._client = aiohttp.ClientSession(
-                connector=connector,
-                timeout=timeout,
-                headers=headers,
-                auto_decompress=False,
-                trust_env=False,
-                read_bufsize=READ_BUFFER,
-            )
-        return self._client
+                headers["Authorization"] = f"Bearer {up.api_key}"
+            self._pool = http1.Pool(up.max_connections, up.connect_timeout_s, headers)
+        return self._pool
 
     async def close(self) -> None:
-        await self._drains.stop()
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
         payload = msgspec.json.encode(self.body(request))
@@ -181,37 +151,31 @@ class UpstreamBackend:
     async def _attempt(
         self, url: str, payload: bytes, reader: StreamReader, headers: dict[str, str] | None = None
     ) -> AsyncGenerator[Delta, None]:
-        client = self._http()
-        response: aiohttp.ClientResponse | None = None
+        response: http1.Response | None = None
         silence = StallTimer(self.upstream.read_timeout_s, functools.partial(_silent, url))
         try:
-            response = await silence.wait(client.post(url, data=payload, headers=headers))
+            response = await silence.wait(self._http().post(url, payload, headers))
             if response.status >= 400:
                 raise await silence.wait(status_error(url, response))
-            content, stream, ended = response.content, SSEPayloads(), False
+            stream, ended = SSEPayloads(), False
             while not ended:
-                chunk = await silence.wait(content.readany())
-                ended = not chunk
-                for data in stream.feed(chunk):
-                    if isinstance(data, ErrorLine):
-                        raise mid_stream_error(data.raw)
-                    if data == b"[DONE]":
-                        ended = True
-                        break
-                    for delta in reader.feed(data):
+                chunk = await silence.wait(response.read())
+                batch, done, error_line = _batch(stream.feed(chunk))
+                if batch:
+                    for delta in reader.feed(batch):
                         yield delta
-                    if reader.done:
-                        ended = True
-                        break
-            self._drains.spawn(_drain(response))  # off the turn's clock: the connection goes back to the pool
+                failure = reader.failure or error_line
+                if failure is not None:  # after the output before it in the same read
+                    raise failure
+                ended = not chunk or done or reader.done
+            response.release()  # its end (the chunked terminator) is read off the turn's clock, then reused
             response = None
-        except TimeoutError:  # aiohttp's connect timeout (the read timeout is `silence`'s)
-            raise Retryable(BackendError(f"The upstream engine did not connect ({url}).")) from None
-        except aiohttp.ClientError as exc:
-            error = BackendError(f"The upstream engine failed: {type(exc).__name__} {exc} ({url}).")
-            if isinstance(exc, _STALE) and response is None:  # no answer yet: the request died on a closed connection
-                raise StaleConnection(error) from None
-            raise Retryable(error) from None
+        except http1.StaleConnection as exc:  # the request never reached the engine
+            raise StaleConnection(BackendError(f"The upstream engine failed: {exc} ({url}).")) from None
+        except http1.ConnectFailed as exc:
+            raise Retryable(BackendError(f"The upstream engine did not connect ({url}): {exc}")) from None
+        except http1.EngineHTTPError as exc:
+            raise Retryable(BackendError(f"The upstream engine failed: {exc} ({url}).")) from None
         finally:
             silence.close()
             if response is not None:  # cut short (an error, the client gone): closing it tells the engine to stop
@@ -220,32 +184,28 @@ class UpstreamBackend:
             yield delta
 
 
+def _batch(payloads: list[bytes | ErrorLine]) -> tuple[list[bytes], bool, Retryable | None]:
+    """A read's payloads before the stream's end (`[DONE]`: done) or an error line (the failure)."""
+    batch: list[bytes] = []
+    for data in payloads:
+        if isinstance(data, ErrorLine):
+            return batch, False, mid_stream_error(data.raw)
+        if data == b"[DONE]":
+            return batch, True, None
+        batch.append(data)
+    return batch, False, None
+
+
 def _silent(url: str, limit: float) -> Retryable:
     return Retryable(BackendError(f"The upstream engine sent nothing for {limit:g} s ({url})."))
 
 
-async def _drain(response: aiohttp.ClientResponse) -> None:
-    """Read a finished stream's end (llama.cpp's server sends it ~0.4 ms after its last event), so the connection
-    goes back to the pool: a response closed unread closes its connection, and each turn would open a new one (a
-    TLS handshake to a remote engine). An engine that keeps the stream open past `DRAIN_S` loses the connection."""
-    try:
-        async with asyncio.timeout(DRAIN_S):
-            while await response.content.read(1 << 16):
-                pass
-        response.release()  # read to its end: the connection goes back to the pool
-    except (TimeoutError, aiohttp.ClientError):
-        response.close()
-    except BaseException:
-        response.close()
-        raise
-
-
-async def status_error(url: str, response: aiohttp.ClientResponse) -> Exception:
+async def status_error(url: str, response: http1.Response) -> Exception:
     """An HTTP error from the engine as a `BackendError` with the closest `response.failed` code."""
-    try:
-        raw = await response.content.read(ERROR_BODY_BYTES)
-    except aiohttp.ClientError:
-        raw = b""
+    raw = b""
+    with contextlib.suppress(http1.EngineHTTPError):
+        while len(raw) < ERROR_BODY_BYTES and (part := await response.read()):
+            raw += part
     detail = error_message(raw[:ERROR_BODY_BYTES])
     status = response.status
     message = f"The upstream engine answered {status}: {detail}"
@@ -268,6 +228,28 @@ def engine_ms(timings: Any) -> float | None:
             return None
         total += part
     return total
+
+
+def decoded(payloads: Sequence[bytes], one: Callable[[bytes], T], many: Callable[[bytes], list[T]]) -> Iterator[T]:
+    """A read's payloads decoded by one call of `many` (as one JSON array); when that fails, one by one with `one`,
+    so that the chunks before the one that is not JSON are read first and the error names it."""
+    if len(payloads) > 1:
+        try:
+            chunks = many(b"[" + b",".join(payloads) + b"]")
+        except msgspec.MsgspecError:
+            pass
+        else:
+            yield from chunks
+            return
+    for data in payloads:
+        yield _checked(one, data)
+
+
+def _checked(decode: Callable[[bytes], T], data: bytes) -> T:
+    try:
+        return decode(data)
+    except msgspec.MsgspecError:
+        raise BackendError(f"The upstream engine sent an unreadable chunk: {preview(data)}") from None
 
 
 def preview(data: bytes | str, chars: int = 200) -> str:

@@ -23,18 +23,27 @@ from typing import Any, Literal
 
 import msgspec
 
-from hotloop.backends.base import BackendError, Delta, Finished, GenerationRequest
+from hotloop.backends.base import BackendError, Delta, Finished, GenerationRequest, coalesced
 from hotloop.backends.output_schema import output_schema
 from hotloop.backends.toolcalls.harmony import HarmonyParser
 from hotloop.backends.toolcalls.streaming import ToolParser, make_parser
 from hotloop.backends.toolcalls.text import ToolCalls
 from hotloop.backends.toolcalls.thinking import OPEN, ThinkParser
-from hotloop.backends.upstream.client import Retryable, UpstreamBackend, engine_ms, mid_stream_error, preview
+from hotloop.backends.upstream.client import (
+    Retryable,
+    UpstreamBackend,
+    decoded,
+    engine_ms,
+    mid_stream_error,
+    preview,
+)
 from hotloop.backends.upstream.prompt_json import PromptJSON
 from hotloop.chat.format import ChatFormat
 from hotloop.config import Upstream
 
 PATHS = {"vllm": "/completions", "sglang": "/generate", "llamacpp": "/completion"}
+_decode = msgspec.json.Decoder().decode
+_decode_many = msgspec.json.Decoder(list[Any]).decode
 
 
 class TokensBackend(UpstreamBackend):
@@ -129,21 +138,28 @@ class _Reader:
         self.output_tokens: int | None = None
         self.engine_ms: float | None = None
         self.pieces = 0
+        self.failure: Exception | None = None
 
-    def feed(self, data: bytes | str) -> list[Delta]:
+    def feed(self, payloads: Sequence[bytes]) -> list[Delta]:
+        texts: list[str] = []
         try:
-            chunk = msgspec.json.decode(data)
-        except msgspec.DecodeError:
-            raise BackendError(f"The upstream engine sent an unreadable chunk: {preview(data)}") from None
-        if not isinstance(chunk, dict):
-            raise BackendError(f"The upstream engine sent an unexpected chunk: {preview(data)}")
-        if chunk.get("error") is not None:
-            raise mid_stream_error(msgspec.json.encode({"error": chunk["error"]}))
-        text = self.read(chunk)
-        if not text:
+            for data, chunk in zip(payloads, decoded(payloads, _decode, _decode_many), strict=False):
+                if self.done:
+                    break  # llama.cpp: nothing counts after the `stop: true` chunk
+                if not isinstance(chunk, dict):
+                    raise BackendError(f"The upstream engine sent an unexpected chunk: {preview(data)}")
+                if chunk.get("error") is not None:
+                    raise mid_stream_error(msgspec.json.encode({"error": chunk["error"]}))
+                text = self.read(chunk)
+                if text:
+                    texts.append(text)
+        except (BackendError, Retryable) as exc:
+            self.failure = exc
+        if not texts:
             return []
-        self.pieces += 1
-        out = self.parser.feed(text)
+        self.pieces += len(texts)
+        # One parser step for the read's text: the text and call-argument deltas it makes come out whole.
+        out = coalesced(self.parser.feed("".join(texts)))
         self.started = self.started or bool(out)
         return out
 
