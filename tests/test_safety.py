@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from examples_support import examples
 from hotloop.safety import (
     Finding,
     InjectionClassifier,
@@ -436,3 +437,76 @@ def _texts(item: ContextItem) -> list[str]:
     from hotloop.safety.text import item_texts
 
     return list(item_texts(item))
+
+
+# -- the one-pass searches behind the classifiers (issue 22): the same answers as a search per word ------------------
+
+_PIECES = st.sampled_from(
+    [
+        "a",
+        "Z",
+        "9",
+        "+",
+        "/",
+        "=",
+        " ",
+        "\n",
+        ".",
+        "é",
+        "日",
+        "😀",
+        "\u200b",
+        "ignore",
+        "previous",
+        "instructions",
+        "token",
+        "key",
+        "sk-",
+        "AKIA",
+        "secret_key",
+        "<|",
+        ":",
+        "|",
+        "##",
+        "ghp_",
+        "eyJ",
+        "KEY",
+        "Token",
+    ]
+)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.lists(_PIECES, max_size=200).map("".join), st.integers(min_value=0, max_value=60))
+def test_the_base64_test_agrees_with_the_regex(text: str, run: int) -> None:
+    text = text + "Ab0+/" * (run // 5) + text[:3]
+    from hotloop.safety import injection
+
+    quick = injection._B64_LONG in text.encode("utf-8", "surrogatepass").translate(injection._B64_TABLE)
+    assert quick == (injection._B64_RUN.search(text) is not None)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.lists(_PIECES, max_size=200).map("".join))
+def test_the_need_words_found_at_once_are_those_a_search_per_word_finds(text: str) -> None:
+    from hotloop.safety import injection
+
+    lowered = injection._lowered(text)
+    present = set(injection.NEEDS.find_matches_as_strings(lowered, overlapping=True))
+    for signal in injection.PHRASES:
+        for group in signal.needs:
+            assert {word for word in group if word in present} == {word for word in group if word in lowered}
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.lists(_PIECES, max_size=200).map("".join))
+def test_the_anchors_found_at_once_are_every_occurrence(text: str) -> None:
+    from hotloop.safety import secrets
+
+    lowered = text.lower() if len(text.lower()) == len(text) else text
+    found = secrets.ANCHORS.find(text, lowered)
+    for rule in secrets.RULES:
+        haystack = lowered if rule.fold else text
+        for anchor in rule.anchors:
+            expected = [at for at in range(len(haystack)) if haystack.startswith(anchor, at)]
+            assert found.get((rule.fold, anchor), []) == expected

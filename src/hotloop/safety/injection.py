@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 
 import msgspec
+from ahocorasick_rs import AhoCorasick
 
 from hotloop.safety.base import Finding, clip, redact, scan_uncached
 from hotloop.safety.secrets import find_secrets
@@ -49,8 +50,9 @@ class _Signal(msgspec.Struct, frozen=True):
     needs: tuple[tuple[str, ...], ...]
     starts: tuple[str, ...] = ()
 
-    def search(self, text: str, lowered: str) -> re.Match[str] | None:
-        if not all(any(word in lowered for word in group) for group in self.needs):
+    def search(self, text: str, lowered: str, present: set[str]) -> re.Match[str] | None:
+        """The first match; `present`: the need words found in `lowered` (all of them, `NEEDS`)."""
+        if not all(any(word in present for word in group) for group in self.needs):
             return None
         if not self.starts:
             return self.pattern.search(text)
@@ -199,12 +201,20 @@ PHRASES: tuple[_Signal, ...] = (
     ),
 )
 
+# Every phrase rule's need words, found in a text in one pass (a search per word cost ~170 µs on 8 KB of tool output).
+NEEDS = AhoCorasick(sorted({word for signal in PHRASES for group in signal.needs for word in group}))
+
 # Character rules: they run on the text as it is.
 _UNICODE_TAGS = re.compile("[\U000e0000-\U000e007f]+")
 _ZERO_WIDTH = re.compile("[\u200b\u2060\u2061\u2062\u2063\u2064\u180e\ufeff]")  # a leading BOM is skipped
 _BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
 _INVISIBLE = re.compile("[\u200b-\u200f\u2060-\u2064\u180e\ufeff\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]")
 _B64_RUN = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{40,}={0,2}")
+# Before that regex (~110 µs on 8 KB of code), a test that needs no regex: the text's bytes with every base64
+# character as `a` and any other as a space hold a run of 40 `a` only if the text holds a run the regex can match.
+_B64_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+_B64_TABLE = bytes(0x61 if byte in _B64_BYTES else 0x20 for byte in range(256))
+_B64_LONG = b"a" * 40
 
 
 class _Hit(msgspec.Struct, frozen=True):
@@ -231,8 +241,9 @@ def _lowered(text: str) -> str:
 def _phrase_hits(text: str) -> list[_Hit]:
     hits = []
     lowered = _lowered(text)
+    present = set(NEEDS.find_matches_as_strings(lowered, overlapping=True))
     for signal in PHRASES:
-        match = signal.search(text, lowered)
+        match = signal.search(text, lowered, present)
         if match is not None:
             hits.append(_Hit(signal.name, signal.weight, _excerpt(match.group(0))))
     return hits
@@ -270,8 +281,8 @@ def score_text(text: str) -> tuple[float, list[_Hit]]:
     hits = _phrase_hits(visible)
     if not text.isascii():
         hits += _hidden_characters(text)
-    long_word = max(map(len, text.split()), default=0) >= 40  # cheaper than the regex on prose and code
-    for number, run in enumerate(_B64_RUN.finditer(text) if long_word else ()):
+    runs = _B64_LONG in text.encode("utf-8", "surrogatepass").translate(_B64_TABLE)
+    for number, run in enumerate(_B64_RUN.finditer(text) if runs else ()):
         if number == _B64_RUNS_CHECKED:
             break
         decoded = _decoded(run.group(0))

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 
 import msgspec
+from ahocorasick_rs import AhoCorasick
 
 from hotloop.safety.base import Finding, redact, scan_uncached
 from hotloop.safety.text import item_texts
@@ -258,20 +259,43 @@ RULES: tuple[_Rule, ...] = (
 )
 
 
-def _matches(rule: _Rule, text: str, haystack: str) -> Iterator[re.Match[str]]:
+class _Anchors:
+    """Every rule's anchors, found in a text in one pass per case (a search per anchor cost ~100 µs on 8 KB)."""
+
+    def __init__(self, rules: Sequence[_Rule]) -> None:
+        self.words = {
+            fold: sorted({anchor for rule in rules if rule.fold == fold for anchor in rule.anchors})
+            for fold in (False, True)
+        }
+        self.automata = {fold: AhoCorasick(words) for fold, words in self.words.items()}
+
+    def find(self, text: str, lowered: str) -> dict[tuple[bool, str], list[int]]:
+        """Where each anchor occurs, overlaps included, in order: by (fold, anchor)."""
+        found: dict[tuple[bool, str], list[int]] = {}
+        for fold, haystack in ((False, text), (True, lowered)):
+            words = self.words[fold]
+            for index, start, _ in self.automata[fold].find_matches_as_indexes(haystack, overlapping=True):
+                found.setdefault((fold, words[index]), []).append(start)
+        for places in found.values():
+            places.sort()
+        return found
+
+
+ANCHORS = _Anchors(RULES)
+
+
+def _matches(rule: _Rule, text: str, anchors: dict[tuple[bool, str], list[int]]) -> Iterator[re.Match[str]]:
     if rule.backs is None:
-        if any(anchor in haystack for anchor in rule.anchors):
+        if any((rule.fold, anchor) in anchors for anchor in rule.anchors):
             yield from rule.pattern.finditer(text)
         return
     for anchor in rule.anchors:
-        at = haystack.find(anchor)
-        while at >= 0:
+        for at in anchors.get((rule.fold, anchor), ()):
             for back in rule.backs:
                 if at >= back:
                     match = rule.pattern.match(text, at - back)
                     if match is not None:
                         yield match
-            at = haystack.find(anchor, at + 1)
 
 
 def find_secrets(text: str) -> list[tuple[str, str]]:
@@ -279,10 +303,11 @@ def find_secrets(text: str) -> list[tuple[str, str]]:
     lowered = text.lower()
     if len(lowered) != len(text):  # a few characters lowercase to two; keep offsets aligned
         lowered = "".join(char if len(char.lower()) != 1 else char.lower() for char in text)
+    anchors = ANCHORS.find(text, lowered)
     claimed: list[tuple[int, int]] = []
     found: list[tuple[int, str, str]] = []
     for rule in RULES:
-        for match in _matches(rule, text, lowered if rule.fold else text):
+        for match in _matches(rule, text, anchors):
             hit = rule.extract(match, text)
             if hit is None:
                 continue
