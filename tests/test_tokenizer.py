@@ -85,6 +85,15 @@ def test_tokenless_control_characters_go_to_llama_cpp(pair: tuple[BPETokenizer, 
     assert fast.encode(text) == reference.encode(text)
 
 
+def test_the_ascii_test_for_rare_characters_is_the_regex() -> None:
+    """ASCII text skips the regex (bpe.py `_has_rare`): the same answer for every ASCII character, alone and in text."""
+    from hotloop.backends.local import bpe
+
+    for code in range(128):
+        for text in (chr(code), f"some text {chr(code)} around it"):
+            assert bpe._has_rare(text) == (bpe._RARE.search(text) is not None), code
+
+
 @pytest.mark.exhaustive
 def test_no_other_bmp_character_needs_llama_cpp(pair: tuple[BPETokenizer, GGUFTokenizer]) -> None:
     """Every BMP character, in contexts where a split matters, gives the same ids on both sides (512 characters

@@ -52,4 +52,5 @@ class PromptJSON:
         self.reused += 1
         if len(ids) == size:
             return text
-        return text[:-1] + b"," + _encode(ids[size:].tolist())[1:]
+        # One copy of the parent's JSON: `text[:-1] + b"," + new` made three of ~0.5 MB, ~0.3 ms at 80 000 ids.
+        return b"".join((memoryview(text)[:-1], b",", memoryview(_encode(ids[size:].tolist()))[1:]))
