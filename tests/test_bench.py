@@ -40,6 +40,8 @@ def test_agent_loop_all_modes(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         assert run["physical_ms"] == pytest.approx(sum(t["model_ms"] for t in turns) + 2 * 5)
         median = data["median"]
         assert median["turns_completed"] == 3 and median["e2e_over_physical"] >= 1
+        # with the tools' time as the client spent it (never less than the nominal 5 ms): a floor all the same
+        assert 1 <= median["e2e_over_measured_tools"] <= median["e2e_over_physical"]
         contexts[mode] = sizes
     # the same scripted rollout in every mode: the server renders the same prompts
     assert contexts["http-full"] == contexts["http-chain"] == contexts["ws"]
