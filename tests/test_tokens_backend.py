@@ -157,7 +157,11 @@ def test_text_streams_with_the_engines_usage(http: httpx.Client, engine: SimEngi
 
 
 @pytest.mark.parametrize("model", DIALECTS)
-def test_a_calls_arguments_stream_as_the_engine_writes_them(http: httpx.Client, model: str) -> None:
+def test_a_calls_arguments_stream_as_the_engine_writes_them(
+    http: httpx.Client, engine: SimEngineProcess, model: str
+) -> None:
+    # 200 tokens/s: each token's chunk comes in a read of its own (chunks that arrive together are one delta).
+    engine.script({"tps": 200})
     body = {"model": model, "input": "Weather in Oslo?", "tools": [WEATHER], "stream": True}
     events = parse_sse(http.post("/responses", json=body).text)
     final = check_sequence(events)  # schema-valid, in order
