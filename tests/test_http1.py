@@ -185,6 +185,7 @@ async def test_a_pooled_connection_closed_by_the_engine_is_stale() -> None:
         with pytest.raises(http1.ConnectionClosed):
             await client.post(running.url(), b"{}")
         assert client.in_use == 0
+        assert client._slots is not None and client._slots._value == 8  # each failure gave its slot back once
 
 
 async def test_a_cut_stream_fails_after_its_bytes_and_a_refused_connect_fails_at_once() -> None:
@@ -208,6 +209,7 @@ async def test_a_cut_stream_fails_after_its_bytes_and_a_refused_connect_fails_at
     with pytest.raises(http1.ConnectFailed, match=r"cannot connect to 127\.0\.0\.1"):
         await client.post(url, b"{}")
     assert client.in_use == 0
+    assert client._slots is not None and client._slots._value == 8
 
 
 async def test_what_is_not_http_is_a_bad_response() -> None:

@@ -101,7 +101,7 @@ class UpstreamBackend:
         # long answer is fine): `_attempt` bounds each wait for the engine by `read_timeout_s`.
         if self._pool is None:
             up = self.upstream
-            headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "User-Agent": "hotloop"}
+            headers = {"Content-Type": "application/json", "Accept": "*/*", "User-Agent": "hotloop"}
             if up.api_key:
                 headers["Authorization"] = f"Bearer {up.api_key}"
             self._pool = http1.Pool(up.max_connections, up.connect_timeout_s, headers)

@@ -157,7 +157,7 @@ class _Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self.parser = httptools.HttpResponseParser(self)
         self.head, self.waiter = loop.create_future(), None
-        self.body, self.buffered, self.status = [], 0, 0
+        self.body, self.buffered, self.status, self.error = [], 0, 0, None
         self.framed = self.answered = self.complete = False
         self.transport.writelines((head, body))
 
@@ -307,9 +307,12 @@ class Pool:
                 raise ConnectionClosed("The engine closed a new connection before answering.") from None
             return Response(conn)
         except BaseException:
-            if conn is not None and conn in self._busy:
+            if conn is None:
+                self._free()  # no connection held the slot
+            elif conn in self._busy:
                 self._busy.discard(conn)
-            self._free()
+                self._free()
+            # else: the connection closed while the request waited, and `forget` gave its slot back then
             if conn is not None:
                 conn.close()
             raise
