@@ -80,10 +80,11 @@ class FrameWriter:
         if protocol.disconnected or protocol.close_sent:
             raise WriterClosed("the WebSocket is closing")
         self._queue.append(data)
+        if delta:
+            self._queued_delta = True  # the write that takes it moves the window on
         if self._flush_scheduled:
             return
         if delta:
-            self._queued_delta = True
             if self._timer is not None:
                 return  # it leaves with the deltas already waiting
             wait = self._window.delay(self._loop.time())
