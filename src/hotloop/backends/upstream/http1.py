@@ -309,11 +309,8 @@ class Pool:
         except BaseException:
             if conn is None:
                 self._free()  # no connection held the slot
-            elif conn in self._busy:
-                self._busy.discard(conn)
-                self._free()
-            # else: the connection closed while the request waited, and `forget` gave its slot back then
-            if conn is not None:
+            else:  # a no-op when the connection closed while the request waited (`forget` freed it then)
+                self._leave(conn)
                 conn.close()
             raise
 
@@ -352,9 +349,7 @@ class Pool:
 
     def give_back(self, conn: _Connection) -> None:
         """A response read to its end: its connection waits for the next request (or closes, if it cannot)."""
-        if conn in self._busy:
-            self._busy.discard(conn)
-            self._free()
+        self._leave(conn)
         if conn.reusable and conn.transport is not None and not conn.transport.is_closing():
             conn.parser = None
             conn.idle_since = time.monotonic()
@@ -364,12 +359,16 @@ class Pool:
 
     def forget(self, conn: _Connection) -> None:
         """A connection that closed: no longer idle, its slot free."""
-        if conn in self._busy:
-            self._busy.discard(conn)
-            self._free()
+        self._leave(conn)
         idle = self._idle.get(conn.origin)
         if idle and conn in idle:
             idle.remove(conn)
+
+    def _leave(self, conn: _Connection) -> None:
+        """`conn` no longer holds a slot (once: a later call is a no-op)."""
+        if conn in self._busy:
+            self._busy.discard(conn)
+            self._free()
 
     def _free(self) -> None:
         if self._slots is not None:
