@@ -321,6 +321,28 @@ async def test_pacing_lower_bounds() -> None:
     assert time.perf_counter() - start >= 0.14  # 100 ms + 50 gaps at 1 ms
 
 
+async def test_the_model_clock_starts_when_the_request_arrives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulator's own bookkeeping (here a prefix-cache lookup made slow on purpose) is part of its time to
+    first token, as an engine's is, not added to it: hotloop's overhead in `bench agent-loop` is measured against
+    that clock."""
+    from hotloop.backends.sim import backend as sim
+
+    real_prefix = SimBackend._cached_prefix
+
+    def slow_prefix(self: SimBackend, packed: bytes) -> int:
+        time.sleep(0.08)
+        return real_prefix(self, packed)
+
+    monkeypatch.setattr(sim.SimBackend, "_cached_prefix", slow_prefix)
+    stream = SimBackend(SimSettings(ttft_ms=150.0, tps=1_000_000.0)).generate(request())
+    start = time.perf_counter()
+    first = await stream.__anext__()
+    took = time.perf_counter() - start
+    await stream.aclose()
+    assert isinstance(first, TextDelta)
+    assert 0.14 <= took < 0.2  # 150 ms, not 150 + 80
+
+
 # -- simulated prefix cache -----------------------------------------------------------------------------------------
 
 

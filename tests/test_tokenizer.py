@@ -3,6 +3,9 @@ served engine) and by Hugging Face tokenizers (the fallback): every proof below 
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,4 +126,49 @@ def test_same_ids_as_llama_cpp_on_long_texts(pair: Any, text: str) -> None:
     fast, reference = pair
     text = (text + "\n") * (1 + LONG_TEXT // max(1, len(text) + 1))
     assert len(text) >= LONG_TEXT
-    assert fast.encode(text) == reference.encode(text)
+    expected = reference.encode(text)
+    assert fast.encode(text) == expected
+    assert fast.encode_array(text).tolist() == expected  # the ids as the renderer takes them
+
+
+def test_the_ids_array_is_the_ids(pair: Any) -> None:
+    fast, _ = pair
+    for text in ["", "hi", "<|im_start|>user\nhello<|im_end|>\n" * 200, "x = 1\n" * 1000 + "ünïcödé 日本語 😀"]:
+        ids = fast.encode_array(text)
+        assert ids.typecode == "i"
+        assert ids.tolist() == fast.encode(text)
+
+
+def _stalled_share(encode: Callable[[str], object], text: str, times: int) -> float:
+    """The share of the time a worker thread spends encoding `text` `times` times during which this thread could
+    not run (gaps over 1 ms between its own steps): near 1 when the encode holds the GIL."""
+    done = threading.Event()
+
+    def work() -> None:
+        for _ in range(times):
+            encode(text)
+        done.set()
+
+    worker = threading.Thread(target=work)
+    start = last = time.perf_counter()
+    stalled = 0.0
+    worker.start()
+    while not done.is_set():
+        time.sleep(0)  # hands the GIL over at once, so that only an encode holding it can stall this thread
+        now = time.perf_counter()
+        if now - last > 1e-3:
+            stalled += now - last
+        last = now
+    worker.join()
+    return stalled / (time.perf_counter() - start)
+
+
+def test_a_long_text_is_encoded_without_the_gil(pair: Any) -> None:
+    """A worker thread tokenizing a long tool output (the renderer offloads those, chat/incremental.py) leaves the
+    event loop's thread running. fastokens' single-text `encode` holds the GIL below 32 KB, `tokenizers'` always:
+    `encode_array` takes their batch calls, which do not."""
+    fast, _ = pair
+    line = "    result = compute(alpha, beta)  # a line of a 24 KB tool output\n"
+    text = line * (24_000 // len(line))
+    assert LONG_TEXT <= len(text) < 32_768
+    assert _stalled_share(fast.encode_array, text, times=20) < 0.3

@@ -1,21 +1,26 @@
 """A `tokenizer.json` run in Rust: `fastokens` where it loads and gives Hugging Face `tokenizers`' ids on a probe,
 else `tokenizers` itself.
 
-fastokens encodes 4-9x faster on one core and releases the GIL while it works, so a long text tokenized on a
-worker thread (chat/incremental.py) leaves the event loop free. `tokenizers`' single-text `encode` holds the GIL;
-its `encode_batch` does not, so the fallback sends long texts through a batch of one.
+fastokens encodes 4-9x faster on one core. Neither engine's single-text `encode` lets go of the GIL for a text
+under 32 KB (fastokens releases it only above that size; `tokenizers` never), so a worker thread encoding a 20 KB tool
+output would hold up the event loop as if it ran there. Both engines' batch calls release it for any size, so a
+long text (`LONG_TEXT`) goes through a batch of one: on a worker thread (chat/incremental.py) it leaves the event
+loop free. fastokens' flat batch also hands back the ids as one buffer, so a long text's ids become an `array` with
+no Python object per token (`encode_array`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
+from array import array
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("hotloop.tokenizer")
 
-# Above this many characters the `tokenizers` fallback encodes through `encode_batch`, which releases the GIL.
+# From this many characters on, a text is encoded by a batch call, which releases the GIL while it works.
 LONG_TEXT = 2048
 
 # Text the two engines must agree on before fastokens is used: code, prose, digits, whitespace runs, accents, CJK,
@@ -47,12 +52,27 @@ class RustTokenizer:
 
     def encode(self, text: str) -> list[int]:
         ids: list[int]
-        if self._fast is not None:
+        if len(text) >= LONG_TEXT:
+            ids = self.encode_array(text).tolist()
+        elif self._fast is not None:
             ids = self._fast.encode(text, add_special_tokens=False).ids
-        elif len(text) < LONG_TEXT:
-            ids = self._reference.encode(text, add_special_tokens=False).ids
         else:
-            ids = self._reference.encode_batch([text], add_special_tokens=False)[0].ids
+            ids = self._reference.encode(text, add_special_tokens=False).ids
+        return ids
+
+    def encode_array(self, text: str) -> array[int]:
+        """The ids as an `array("i")`; a long text is encoded with the GIL released (the module's docstring)."""
+        if len(text) < LONG_TEXT:
+            return array("i", self.encode(text))
+        if self._fast is None:
+            return array("i", self._reference.encode_batch([text], add_special_tokens=False)[0].ids)
+        flat, _ = self._fast.encode_batch_flat([text], add_special_tokens=False)
+        # Little-endian uint32 ids (fastokens' documented layout); a C int is 32 bits wherever hotloop runs, and
+        # a vocabulary never reaches 2**31 ids.
+        ids: array[int] = array("i")
+        ids.frombytes(flat)
+        if sys.byteorder != "little":
+            ids.byteswap()
         return ids
 
     def decode(self, tokens: list[int]) -> str:

@@ -119,8 +119,8 @@ class Rendered:
 class Encoder:
     """Token ids of texts: on the event loop while they are short, on a worker thread once they are long.
 
-    Every tokenizer hotloop uses releases the GIL while it encodes a long text (fastokens, `tokenizers`' batch
-    path, llama.cpp through ctypes), so a 1 MB tool output costs the other sessions on this loop nothing; a short
+    Every tokenizer hotloop uses releases the GIL while it encodes a long text (`encode_array` of the Rust ones,
+    llama.cpp through ctypes), so a 1 MB tool output costs the other sessions on this loop nothing; a short
     text stays inline, where a thread hop would cost more than the encode itself.
     """
 
@@ -137,7 +137,11 @@ class Encoder:
 
 
 def _encode_all(fmt: ChatFormat, texts: list[str]) -> list[array[int]]:
-    return [array("i", fmt.tokenizer.encode(text)) for text in texts]
+    tokenizer = fmt.tokenizer
+    encode_array = getattr(tokenizer, "encode_array", None)  # the Rust tokenizers': a long text without the GIL
+    if encode_array is not None:
+        return [encode_array(text) for text in texts]
+    return [array("i", tokenizer.encode(text)) for text in texts]
 
 
 INLINE = Encoder(offload_chars=math.inf)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,12 @@ class BPETokenizer:
         if _has_rare(text):
             return self._reference.encode(text)
         return self._tokenizer.encode(text)
+
+    def encode_array(self, text: str) -> array[int]:
+        """The ids as an `array("i")`, a long text's with the GIL released (llama.cpp's through ctypes)."""
+        if _has_rare(text):
+            return array("i", self._reference.encode(text))
+        return self._tokenizer.encode_array(text)
 
     def decode(self, tokens: list[int]) -> str:
         return self._tokenizer.decode(tokens)

@@ -171,6 +171,9 @@ class SimBackend:
         return [(None, pieces)]
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
+        # The model's clock starts when the request reaches it, as an engine's does: the simulator's own
+        # bookkeeping below (its prefix cache, its plan) is part of its time to first token, not added to it.
+        received = time.perf_counter()
         self.stats.started += 1
         fault = parse_fault(request.metadata.get(FAULT_KEY))
         packed = pack(request.prompt_tokens)
@@ -179,7 +182,7 @@ class SimBackend:
         tps = max(1e-3, self._option(request, "tps", self.settings.tps))
         limit = request.max_output_tokens
         rng = self._rng(request, packed)
-        start = time.perf_counter() + ttft
+        start = received + ttft
         emitted = thought = 0
         reason: Literal["stop", "length"] = "stop"
         try:
