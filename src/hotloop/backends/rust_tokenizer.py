@@ -6,17 +6,21 @@ under 32 KB (fastokens releases it only above that size; `tokenizers` never), so
 output would hold up the event loop as if it ran there. Both engines' batch calls release it for any size, so a
 long text (`LONG_TEXT`) goes through a batch of one: on a worker thread (chat/incremental.py) it leaves the event
 loop free. fastokens' flat batch also hands back the ids as one buffer, so a long text's ids become an `array` with
-no Python object per token (`encode_array`).
+no Python object per token (`encode_array`). A very long text (a file an agent read, a test log) is cut into pieces
+that tokenize apart to its own ids (text_pieces.py), which the batch call encodes on every core at once.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from array import array
 from pathlib import Path
 from typing import Any
+
+from hotloop.backends.text_pieces import PIECE_CHARS, cut_points, cuttable, pieces
 
 log = logging.getLogger("hotloop.tokenizer")
 
@@ -32,6 +36,12 @@ PROBE = [
     '{"name": "shell", "arguments": {"cmd": ["rg", "-n", "TODO"]}}\n' + " " * 40 + "x\n" + "#" * 100,
     "",
 ]
+# Texts cut at every place text_pieces.py allows, to check its rule on a tokenizer before it is used.
+CUT_PROBE = [
+    *PROBE,
+    "x\nif a:\n  b = 1\n}\nelse\n0\n'\ns\nfoo'\nll = 2\n.\nA\n\n9\n\t9\n#\n7z\n<|im_end|>\nq\n",
+    "line 1: ok\nline 2: FAILED test_x.py::test_y - AssertionError: 3 != 4\n===\n2 failed, 10 passed\nDone.\n",
+]
 
 
 class RustTokenizer:
@@ -45,6 +55,8 @@ class RustTokenizer:
         self._fast: Any = _fastokens(config, self._reference, name) if prefer_fast else None
         self.engine = "fastokens" if self._fast is not None else "tokenizers"
         self.max_token_chars = _max_token_chars(config)
+        # Pieces a long text is encoded in at once: one per core, where the cut rule holds for this tokenizer.
+        self.cores = _cores() if _cuts_hold(config, self._reference, name) else 1
 
     @classmethod
     def from_file(cls, path: Path, *, prefer_fast: bool = True) -> RustTokenizer:
@@ -64,12 +76,16 @@ class RustTokenizer:
         """The ids as an `array("i")`; a long text is encoded with the GIL released (the module's docstring)."""
         if len(text) < LONG_TEXT:
             return array("i", self.encode(text))
+        batch = pieces(text, min(self.cores, len(text) // PIECE_CHARS))
         if self._fast is None:
-            return array("i", self._reference.encode_batch([text], add_special_tokens=False)[0].ids)
-        flat, _ = self._fast.encode_batch_flat([text], add_special_tokens=False)
-        # Little-endian uint32 ids (fastokens' documented layout); a C int is 32 bits wherever hotloop runs, and
-        # a vocabulary never reaches 2**31 ids.
-        ids: array[int] = array("i")
+            ids: array[int] = array("i")
+            for encoding in self._reference.encode_batch(batch, add_special_tokens=False):
+                ids.extend(encoding.ids)
+            return ids
+        flat, _ = self._fast.encode_batch_flat(batch, add_special_tokens=False)
+        # The pieces' ids one after the other, little-endian uint32 (fastokens' documented layout); a C int is 32
+        # bits wherever hotloop runs, and a vocabulary never reaches 2**31 ids.
+        ids = array("i")
         ids.frombytes(flat)
         if sys.byteorder != "little":
             ids.byteswap()
@@ -99,6 +115,34 @@ def _fastokens(config: str, reference: Any, name: str) -> Any | None:
         log.warning("fastokens and tokenizers disagree on %s; using tokenizers", name)
         return None
     return fast
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _cuts_hold(config_text: str, reference: Any, name: str) -> bool:
+    """Whether texts may be cut into pieces for this tokenizer (text_pieces.py), its rule checked on the probes at
+    every place it allows."""
+    try:
+        if not cuttable(json.loads(config_text)):
+            return False
+    except (ValueError, AttributeError, TypeError):
+        return False
+
+    def ids(text: str) -> list[int]:
+        found: list[int] = reference.encode(text, add_special_tokens=False).ids
+        return found
+
+    for text in CUT_PROBE:
+        whole = ids(text)
+        if any(ids(text[:cut]) + ids(text[cut:]) != whole for cut in cut_points(text)):
+            log.warning("%s: a text cut at a newline tokenizes differently; long texts stay whole", name)
+            return False
+    return True
 
 
 def _max_token_chars(config_text: str) -> int:
