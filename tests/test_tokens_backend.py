@@ -145,6 +145,8 @@ def test_tool_choice_never_changes_the_prompt_so_the_cache_still_hits(http: http
 
 
 def test_text_streams_with_the_engines_usage(http: httpx.Client, engine: SimEngineProcess) -> None:
+    # 200 tokens/s: each token's chunk comes in a read of its own (chunks that arrive together are one delta).
+    engine.script({"tps": 200})
     events = parse_sse(http.post("/responses", json={"input": "Hello", "stream": True}).text)
     final = check_sequence(events)
     assert final["status"] == "completed" and output_text(final)
