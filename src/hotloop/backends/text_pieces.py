@@ -39,7 +39,7 @@ PIECE_CHARS = 16_384
 def cuttable(config: dict[str, Any]) -> bool:
     """Whether the cut rule holds for this tokenizer.json (parsed)."""
     model = config.get("model") or {}
-    if config.get("normalizer") is not None or model.get("type", "BPE") != "BPE":
+    if config.get("normalizer") is not None or model.get("type") != "BPE":
         return False
     if any("\n" in str(token.get("content", "")) for token in config.get("added_tokens") or ()):
         return False
