@@ -131,11 +131,8 @@ class FrameWriter:
         self._flush()
 
     async def close(self, code: int, reason: str = "") -> None:
-        """Send what is queued, then the close frame."""
+        """Send what is queued (which also stops a window's timer), then the close frame."""
         self._flush(force=True)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         if self._resume is not None:
             self._resume.cancel()
         await self.ws.close(code, reason)
