@@ -135,6 +135,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     mcp_max_output_bytes: int = 1 * MiB
     mcp_session_idle_s: float = 300.0
     mcp_max_calls: int = 64
+    # Tool types left out of a request instead of refused (protocol.md §1.4): unmodified Codex always sends
+    # `web_search`, which this server does not run, and no catalog field stops it.
+    drop_tool_types: list[str] = msgspec.field(default_factory=lambda: ["web_search"])
 
     def resolved_workers(self) -> int:
         """`workers`, with 0 read as one per core this process may run on."""
@@ -242,6 +245,9 @@ HELP: dict[str, str] = {
     "(url, headers, transport); HOTLOOP_MCP_SERVERS takes the same tables as JSON.",
     "mcp_call_timeout_s": "Longest an MCP tool call may take; then the model sees it failed.",
     "mcp_list_timeout_s": "Longest listing an MCP server's tools may take; then the create fails with 424.",
+    "drop_tool_types": "Tool types a request may send that are left out instead of refused with 400 "
+    "unsupported_tool (default: web_search, which Codex always sends); each drop is logged and counted in "
+    "hotloop_tools_dropped_total.",
     "mcp_max_output_bytes": "An MCP tool's output beyond this many bytes is cut, with a note saying so.",
     "mcp_session_idle_s": "An MCP session unused this long is closed.",
     "mcp_max_calls": "Most MCP calls in one response when the request sets no max_tool_calls.",

@@ -52,7 +52,7 @@ class TextDelta(msgspec.Struct):
 
 class ToolCallStart(msgspec.Struct):
     name: str
-    kind: Literal["function", "custom", "mcp"] = "function"  # the called ToolSpec's kind
+    kind: str = "function"  # the called ToolSpec's kind (a typed client tool's call is built by hotloop/tools/)
     namespace: str | None = None
 
 

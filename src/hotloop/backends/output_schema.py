@@ -14,12 +14,10 @@ def output_schema(request: GenerationRequest) -> dict[str, Any] | None:
     if request.tools and request.tool_choice == "required":
         branches = []
         for spec in request.tools:
-            if request.forced_tool is not None and spec.name != request.forced_tool:
+            if request.forced_tool is not None and spec.prompt_name != request.forced_tool:
                 continue
-            key = "input" if spec.kind == "custom" else "arguments"
-            value: dict[str, Any] = (
-                {"type": "string"} if spec.kind == "custom" else spec.parameters or {"type": "object"}
-            )
+            key = "input" if spec.freeform else "arguments"
+            value: dict[str, Any] = {"type": "string"} if spec.freeform else spec.parameters or {"type": "object"}
             branches.append(
                 {
                     "type": "object",

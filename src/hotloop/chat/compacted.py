@@ -11,10 +11,13 @@ A compaction from `POST /responses/compact` (no mark) keeps its place and reads 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 
 from hotloop import sealing
+from hotloop.tools.registry import CALL_TYPES, pair
+from hotloop.tools.registry import answered as answered_calls
 from hotloop.wire.items import (
     Compaction,
     ContextItem,
@@ -29,6 +32,7 @@ from hotloop.wire.items import (
     Message,
     Reasoning,
 )
+from hotloop.wire.tool_items import TypedCallItem, TypedOutputItem
 
 MARK = "\x1ehotloop-context\x1e"  # a control character no summary keeps (`carried` strips it from the text)
 SUMMARY_HEADER = "[earlier conversation, compacted]"
@@ -42,10 +46,12 @@ Kept = (
     | McpCall
     | McpApprovalRequest
     | McpApprovalResponse
+    | TypedCallItem
+    | TypedOutputItem
 )
 
 
-_CALLS = (FunctionCall, CustomToolCall, McpApprovalRequest)
+_CALLS: tuple[type[Any], ...] = (*CALL_TYPES, McpApprovalRequest)
 
 
 class Carried(msgspec.Struct, frozen=True):
@@ -120,12 +126,12 @@ def kept_tail(history: Sequence[ContextItem], new_items: Sequence[ContextItem]) 
     """The items a compaction keeps verbatim after its summary: the new input, after the calls its outputs answer
     (an engine's chat API refuses a tool message without the call before it); an MCP approval's answer, after the
     request it answers (the request is the call its refusal or the approved call's output answers, chat/hosted.py)."""
-    answered = {item.call_id for item in new_items if isinstance(item, FunctionCallOutput | CustomToolCallOutput)}
+    answered = answered_calls(new_items)
     answered.update(item.approval_request_id for item in new_items if isinstance(item, McpApprovalResponse))
     calls = [
         item
         for item in history
-        if (isinstance(item, FunctionCall | CustomToolCall) and item.call_id in answered)
+        if ((found := pair(item)) is not None and found[0] == "call" and found[1] in answered)
         or (isinstance(item, McpApprovalRequest) and item.id in answered)
     ]
     return [*calls, *new_items]

@@ -87,7 +87,7 @@ def _namespace(tools: Sequence[ToolSpec]) -> str:
     out = []
     for spec in tools:
         head = f"// {spec.description}\n" if spec.description else ""
-        if spec.kind == "custom":
+        if spec.freeform:
             out.append(f"{head}type {spec.prompt_name} = (_: string) => any;\n\n")
             continue
         properties = (spec.parameters or {}).get("properties")

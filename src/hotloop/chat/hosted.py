@@ -1,4 +1,8 @@
-"""MCP items as the function calls and outputs every dialect already renders (protocol.md §1.10).
+"""MCP items, and the typed client tools' items, as the function calls and outputs every dialect already renders
+(protocol.md §1.10, §1.11).
+
+A typed tool's call and output read as the function call and output of the function it is offered as
+(hotloop/tools/: each kind's `lower`).
 
 The model called an MCP tool as a function (`label.tool`), so its history reads back as one: an `mcp_call` is the
 call and its output; an `mcp_approval_request` is the call (the model wrote it) and the answer comes later, a
@@ -12,6 +16,7 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from hotloop.tools.registry import BY_ITEM, TYPED_ITEM_TYPES
 from hotloop.wire.items import (
     ContextItem,
     FunctionCall,
@@ -23,22 +28,24 @@ from hotloop.wire.items import (
 )
 
 MCP_TYPES = frozenset({McpListTools, McpCall, McpApprovalRequest, McpApprovalResponse})
+LOWERED_TYPES = MCP_TYPES | TYPED_ITEM_TYPES
 REFUSED = "The user refused this call."
 NOT_RUN = "The call did not complete."
 
 
-def has_mcp(items: Sequence[ContextItem]) -> bool:
+def has_lowered(items: Sequence[ContextItem]) -> bool:
     # Exact types, not isinstance, looked up in C: this runs over whole contexts (about 4 ms per 100k items).
-    return not MCP_TYPES.isdisjoint(map(type, items))
+    return not LOWERED_TYPES.isdisjoint(map(type, items))
 
 
 def as_calls(items: Sequence[ContextItem]) -> Sequence[ContextItem]:
-    """`items` with each MCP item replaced by its calls and outputs; `items` itself (not a copy) when there is none."""
-    if not has_mcp(items):
+    """`items` with each MCP or typed tool item replaced by its calls and outputs; `items` itself (not a copy) when
+    there is none."""
+    if not has_lowered(items):
         return items
     out: list[ContextItem] = []
     for item in items:
-        if type(item) in MCP_TYPES:
+        if type(item) in LOWERED_TYPES:
             out.extend(expand(item))
         else:
             out.append(item)
@@ -47,7 +54,10 @@ def as_calls(items: Sequence[ContextItem]) -> Sequence[ContextItem]:
 
 def expand(item: ContextItem) -> Iterator[ContextItem]:
     """One item's function-call equivalents (nothing for a listing or an approval)."""
-    if isinstance(item, McpCall):
+    typed = BY_ITEM.get(type(item))
+    if typed is not None:
+        yield typed.lower(item)  # type: ignore[arg-type]
+    elif isinstance(item, McpCall):
         if item.approval_request_id is None:
             yield FunctionCall(call_id=item.id, name=item.name, arguments=item.arguments, namespace=item.server_label)
             yield FunctionCallOutput(call_id=item.id, output=call_output(item))

@@ -55,13 +55,13 @@ def tool_prompt(specs: Iterable[ToolSpec]) -> str:
         entry: dict[str, Any] = {"name": spec.prompt_name}
         if spec.description:
             entry["description"] = spec.description
-        if spec.kind == "custom":
+        if spec.freeform:
             entry["input"] = "freeform text"
         else:
             entry["parameters"] = spec.parameters or {"type": "object", "properties": {}}
         entries.append(entry)
     first = specs[0]
-    if first.kind == "custom":
+    if first.freeform:
         example = json.dumps({"name": first.prompt_name, "input": "<text>"})
     else:
         properties = (first.parameters or {}).get("properties")

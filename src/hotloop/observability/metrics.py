@@ -228,6 +228,12 @@ class Metrics:
             buckets=BUCKETS,
             registry=self.registry,
         )
+        self.tools_dropped = Counter(
+            "hotloop_tools_dropped",
+            "Tools a request sent that the server left out (setting drop_tool_types), by type.",
+            ["type"],
+            registry=self.registry,
+        )
         self.mcp_lists = Counter(
             "hotloop_mcp_lists",
             "MCP servers' tool lists a turn needed: `listed` (tools/list), `reused` (from the context or the chain) "

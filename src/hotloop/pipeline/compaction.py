@@ -39,15 +39,12 @@ from hotloop.pipeline.generate import Generation, Outcome
 from hotloop.pipeline.prompt import render_prompt
 from hotloop.pipeline.service import Service
 from hotloop.sealing import seal
+from hotloop.tools.registry import pair
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
 from hotloop.wire.items import (
     Compaction,
     ContextItem,
-    CustomToolCall,
-    CustomToolCallOutput,
-    FunctionCall,
-    FunctionCallOutput,
     Message,
     OutputItem,
     OutputText,
@@ -201,10 +198,9 @@ class _Verbatim:
         groups: dict[str | int, list[int]] = {}
         for index, item in enumerate(every):
             key: str | int = index
-            if index >= len(self.users) and isinstance(
-                item, FunctionCall | FunctionCallOutput | CustomToolCall | CustomToolCallOutput
-            ):
-                key = f"call:{item.call_id}"
+            paired = pair(item) if index >= len(self.users) else None
+            if paired is not None:
+                key = f"call:{paired[1]}"
             groups.setdefault(key, []).append(index)
         # (the indices of a piece's items in `every`, its size in characters)
         self.pieces = [(group, sum(len(_encode(every[n])) for n in group)) for group in groups.values()]

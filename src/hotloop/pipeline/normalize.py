@@ -37,6 +37,15 @@ _ID_PREFIX = {
     "mcp_call": "mcp",
     "mcp_approval_request": "mcpr",
     "mcp_approval_response": "mcpa",
+    # The typed client tools' items (protocol.md §1.11). A `local_shell_call_output` gets none: openai-python's
+    # `id` is the call's, which it answers when it has no `call_id`.
+    "shell_call": "sh",
+    "shell_call_output": "sho",
+    "local_shell_call": "lsh",
+    "apply_patch_call": "apc",
+    "apply_patch_call_output": "apco",
+    "computer_call": "cu",
+    "computer_call_output": "cuo",
 }
 
 _PREFIX_OF: dict[type[Any], str] = {KNOWN_ITEM_TYPES[kind]: prefix for kind, prefix in _ID_PREFIX.items()}

@@ -6,6 +6,7 @@ admission (pipeline/admission/entry.py), which runs the drain, rate-limit and st
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -35,6 +36,8 @@ from hotloop.wire.response import Response
 
 SAFETY_METADATA_KEY = "hotloop_safety"
 
+log = logging.getLogger("hotloop.turn")
+
 
 async def start_turn(
     service: Service,
@@ -57,7 +60,7 @@ async def start_turn(
         inputs = await gather(service, session, request, conversation_id, resent)
     prior, fresh = inputs.prior, inputs.fresh
     with timings.stage("validate"):
-        tools = _tools(prior, request)
+        tools = _tools(prior, request, service)
         where = endpoints(tools, service.settings) if tools.mcp else {}
         prior.check(fresh)
         call_ids = check_new_items(fresh, prior.call_ids, service.secret, offset=prior.skip)
@@ -132,10 +135,17 @@ def _compaction(request: CreateRequest, model: Model, prompt: Prompt, inputs: In
     return compaction.plan(limit, [*prior.context, *inputs.fresh], inputs.calls_in_context())
 
 
-def _tools(prior: Prior, request: CreateRequest) -> ToolSet:
-    """The request's tools, validated once per chain (or resent history): again only when a request changes them."""
+def _tools(prior: Prior, request: CreateRequest, service: Service) -> ToolSet:
+    """The request's tools, validated once per chain (or resent history): again only when a request changes them.
+    A tool left out by `drop_tool_types` is counted every turn and logged when the tools are resolved."""
     tools = prior.tools(request.tools)
-    return tools if tools is not None else resolve_tools(request.tools)
+    if tools is None:
+        tools = resolve_tools(request.tools, service.settings.drop_tool_types)
+        if tools.dropped:
+            log.info("left out tools of types %s (setting drop_tool_types)", ", ".join(tools.dropped))
+    for kind in tools.dropped:
+        service.metrics.tools_dropped.labels(kind).inc()
+    return tools
 
 
 def _generation(

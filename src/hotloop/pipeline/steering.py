@@ -26,7 +26,8 @@ import msgspec
 from hotloop.errors import HotloopError
 from hotloop.ids import new_id
 from hotloop.pipeline.normalize import normalize_item
-from hotloop.wire.items import CustomToolCall, FunctionCall, OutputItem
+from hotloop.tools.registry import OUTPUT_OF
+from hotloop.wire.items import OutputItem
 from hotloop.wire.request import CreateRequest
 
 MAX_PENDING = 4  # steers waiting for one response
@@ -122,8 +123,7 @@ def required_input(output: list[OutputItem]) -> list[dict[str, Any]]:
     """Stubs of the tool outputs a response's calls wait for (the client fills in `output`)."""
     stubs = []
     for item in output:
-        if isinstance(item, FunctionCall):
-            stubs.append({"type": "function_call_output", "call_id": item.call_id})
-        elif isinstance(item, CustomToolCall):
-            stubs.append({"type": "custom_tool_call_output", "call_id": item.call_id})
+        answer = OUTPUT_OF.get(type(item))
+        if answer is not None:
+            stubs.append({"type": answer, "call_id": item.call_id})  # type: ignore[union-attr]
     return stubs

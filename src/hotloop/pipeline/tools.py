@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -9,25 +10,12 @@ import msgspec
 from hotloop.chat.specs import ToolSpec
 from hotloop.errors import InvalidParam
 from hotloop.pipeline.mcp.declare import Declared, declare
+from hotloop.tools.registry import BY_KIND, BY_TYPE, HOSTED_TYPES
 from hotloop.wire.items import McpListTools
 
-# Accepted and never offered to the model (Codex always sends some of these); `mcp` tools the server runs itself.
-HOSTED_TOOL_TYPES = frozenset(
-    {
-        "web_search",
-        "web_search_preview",
-        "web_search_2025_08_26",
-        "file_search",
-        "code_interpreter",
-        "image_generation",
-        "local_shell",
-        "shell",
-        "apply_patch",
-        "tool_search",
-        "computer_use_preview",
-        "computer",
-    }
-)
+# What `drop_tool_types` defaults to: unmodified Codex always sends `web_search`, and nothing a server can say
+# keeps it from doing so (protocol.md §1.4).
+DEFAULT_DROPPED = ("web_search",)
 
 
 class ToolSet(msgspec.Struct, frozen=True):
@@ -41,10 +29,12 @@ class ToolSet(msgspec.Struct, frozen=True):
     mcp: tuple[Declared, ...] = ()
     listed: tuple[McpListTools, ...] = ()  # the lists behind the MCP specs (empty until offered)
     approvals: frozenset[tuple[str, str]] = frozenset()  # (server label, tool) calls that wait for approval
+    dropped: tuple[str, ...] = ()  # the types `drop_tool_types` took out of the request, counted per turn
 
-    def find(self, name: str) -> ToolSpec | None:
+    def find(self, name: str, namespace: str | None = None) -> ToolSpec | None:
+        """The tool named `name` in `namespace`, or by the name the model sees (`namespace.name`)."""
         for spec in self.specs:
-            if spec.name == name:
+            if (spec.name == name and spec.namespace == namespace) or spec.prompt_name == name:
                 return spec
         return None
 
@@ -104,16 +94,25 @@ def _namespace(raw: dict[str, Any], param: str) -> list[ToolSpec]:
     return specs
 
 
-def resolve_tools(tools: list[dict[str, Any]] | None) -> ToolSet:
-    """Validate the `tools` array; function tools are echoed first, then namespace and custom tools as sent."""
+def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFAULT_DROPPED) -> ToolSet:
+    """Validate the `tools` array; function tools are echoed first, then the others as sent. A type this server
+    does not run is refused by name (400 `unsupported_tool`), unless `drop` (the `drop_tool_types` setting) lists
+    it: then it is left out, and the set says so."""
     functions: list[Any] = []
     others: list[Any] = []
     specs: list[ToolSpec] = []
     servers: list[Declared] = []
+    dropped: list[str] = []
+    drop = frozenset(drop)
     for index, raw in enumerate(tools or ()):
         param = f"tools[{index}]"
         kind = raw.get("type")
-        if kind == "function":
+        if kind in BY_TYPE:  # a typed tool the client runs (hotloop/tools/)
+            specs.append(BY_TYPE[kind].declare(raw, param))
+            others.append(raw)
+        elif kind in drop:
+            dropped.append(kind)
+        elif kind == "function":
             echo, spec = _function(raw, param)
             functions.append(echo)
             specs.append(spec)
@@ -131,10 +130,19 @@ def resolve_tools(tools: list[dict[str, Any]] | None) -> ToolSet:
             others.append(echo)
         elif not isinstance(kind, str):
             raise InvalidParam("Each tool needs a string 'type'.", param=f"{param}.type", code="invalid_type")
-        elif kind not in HOSTED_TOOL_TYPES and not kind.startswith(("web_search", "computer")):
-            raise InvalidParam(f"Unsupported tool type '{kind}'.", param=f"{param}.type")
+        else:
+            raise unsupported(kind, param)
     check_unique(specs)
-    return ToolSet(echo=functions + others, specs=tuple(specs), mcp=tuple(servers))
+    return ToolSet(echo=functions + others, specs=tuple(specs), mcp=tuple(servers), dropped=tuple(dropped))
+
+
+def unsupported(kind: str, param: str) -> InvalidParam:
+    why = (
+        "it is a tool OpenAI runs on its own servers, and this server does not run it"
+        if kind in HOSTED_TYPES or kind.startswith("web_search")
+        else "this server does not know it"
+    )
+    return InvalidParam(f"Tool type '{kind}' is not supported: {why}.", param=f"{param}.type", code="unsupported_tool")
 
 
 def check_unique(specs: list[ToolSpec] | tuple[ToolSpec, ...]) -> None:
@@ -149,7 +157,7 @@ class ToolChoice(msgspec.Struct, frozen=True):
     echo: str | dict[str, Any]
     tools: ToolSet  # the tools the model may call
     mode: str  # "auto" | "none" | "required"
-    forced: str | None = None  # a tool the model must call
+    forced: str | None = None  # the name the model sees (`ToolSpec.prompt_name`) of a tool it must call
 
 
 def resolve_tool_choice(choice: str | dict[str, Any] | None, tools: ToolSet) -> ToolChoice:
@@ -163,10 +171,17 @@ def resolve_tool_choice(choice: str | dict[str, Any] | None, tools: ToolSet) -> 
         return ToolChoice(choice, tools, choice)
     kind = choice.get("type")
     if kind in ("function", "custom"):
-        name = choice.get("name")
-        if not isinstance(name, str) or tools.find(name) is None:
+        name, namespace = choice.get("name"), choice.get("namespace")
+        spec = tools.find(name, namespace if isinstance(namespace, str) else None) if isinstance(name, str) else None
+        if spec is None:
             raise InvalidParam(f"Tool '{name}' named in tool_choice is not in tools.", param="tool_choice.name")
-        return ToolChoice(choice, tools, "required", name)
+        return ToolChoice(choice, tools, "required", spec.prompt_name)
+    if kind in BY_TYPE:  # `{"type": "shell"}`, `{"type": "apply_patch"}`, …: that typed tool (§1.11)
+        typed = BY_KIND[BY_TYPE[kind].kind]
+        spec = next((spec for spec in tools.specs if spec.kind == typed.kind), None)
+        if spec is None:
+            raise InvalidParam(f"tool_choice '{kind}' needs a '{kind}' tool in tools.", param="tool_choice.type")
+        return ToolChoice(choice, tools, "required", spec.prompt_name)
     if kind == "mcp":  # one MCP server's tools, or one of them (ToolChoiceMcp)
         label, name = choice.get("server_label"), choice.get("name")
         offered = [spec for spec in tools.specs if spec.kind == "mcp" and spec.namespace == label]
@@ -181,9 +196,26 @@ def resolve_tool_choice(choice: str | dict[str, Any] | None, tools: ToolSet) -> 
         allowed = choice.get("tools")
         if mode not in ("auto", "required") or not isinstance(allowed, list):
             raise InvalidParam("allowed_tools needs mode 'auto'|'required' and a tools list.", param="tool_choice")
-        names = {entry.get("name") for entry in allowed if isinstance(entry, dict)}
-        kept = tuple(spec for spec in tools.specs if spec.name in names)
+        kept = tuple(spec for spec in tools.specs if any(_names(entry, spec) for entry in allowed))
         if mode == "required" and not kept:
             raise InvalidParam("allowed_tools names no declared tool.", param="tool_choice.tools")
         return ToolChoice(choice, ToolSet(echo=tools.echo, specs=kept), mode)
     raise InvalidParam(f"Unsupported tool_choice type '{kind}'.", param="tool_choice.type")
+
+
+def _names(entry: object, spec: ToolSpec) -> bool:
+    """Whether an `allowed_tools` entry names `spec`: by type for a typed tool (`{"type": "shell"}`), by name and
+    namespace (or the `namespace.name` the model sees) for the rest, by server label for an MCP server's tools."""
+    if not isinstance(entry, dict):
+        return False
+    kind = entry.get("type")
+    if kind in BY_TYPE:
+        return BY_TYPE[kind].kind == spec.kind
+    if kind == "mcp":
+        return (
+            spec.kind == "mcp"
+            and spec.namespace == entry.get("server_label")
+            and entry.get("name") in (None, spec.name)
+        )
+    name, namespace = entry.get("name"), entry.get("namespace")
+    return (name == spec.name and namespace == spec.namespace) or name == spec.prompt_name

@@ -25,6 +25,7 @@ from hotloop.pipeline.prepared import Prepared, TurnOptions
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Lane, Session
 from hotloop.pipeline.steering import Steer, check_room
+from hotloop.tools.registry import build_call
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
 from hotloop.wire.request import CreateRequest
@@ -40,7 +41,11 @@ class Turn:
         self.prepared = prepared
         self.options = options
         self.builder = ResponseBuilder(
-            prepared.response, options.stream_id, service.settings.reasoning_events, _sealer(service, prepared.request)
+            prepared.response,
+            options.stream_id,
+            service.settings.reasoning_events,
+            _sealer(service, prepared.request),
+            typed=build_call,
         )
         self.generate = prepared.request.generate is not False and not _prewarm(prepared.request)
         # Steers accepted for this response; the first `_acked` were acknowledged in its own event sequence.

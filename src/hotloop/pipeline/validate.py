@@ -12,12 +12,12 @@ from typing import Any
 from hotloop import sealing
 from hotloop.chat.media import describe_file, image_size
 from hotloop.errors import InvalidParam, UnsupportedParam
+from hotloop.tools.registry import pair
 from hotloop.wire.items import (
+    KNOWN_ITEM_TYPES,
     Compaction,
     ContextItem,
-    CustomToolCall,
     CustomToolCallOutput,
-    FunctionCall,
     FunctionCallOutput,
     InputFile,
     InputImage,
@@ -25,6 +25,9 @@ from hotloop.wire.items import (
     Reasoning,
 )
 from hotloop.wire.request import CreateRequest
+from hotloop.wire.tool_items import ComputerCallOutput
+
+TYPE_NAMES = {cls: name for name, cls in KNOWN_ITEM_TYPES.items()}
 
 STREAM_ID_MAX = 256
 METADATA_MAX_PAIRS = 16
@@ -160,22 +163,33 @@ def check_new_items(
     calls = set(known_calls)
     for index, item in enumerate(items, offset):
         param = f"input[{index}]"
-        if isinstance(item, FunctionCall | CustomToolCall):
-            calls.add(item.call_id)
-        elif isinstance(item, FunctionCallOutput | CustomToolCallOutput):
-            if item.call_id not in calls:
+        paired = pair(item)
+        if paired is not None and paired[0] == "call":
+            calls.add(paired[1])
+        elif paired is not None:
+            if paired[1] not in calls:
+                kind = TYPE_NAMES.get(type(item), "function_call_output")
                 raise InvalidParam(
-                    f"No tool call found for function call output with call_id '{item.call_id}'.",
+                    f"No tool call found for {kind.replace('_', ' ')} with call_id '{paired[1]}'.",
                     param="input",
                     code="function_call_not_found",
                 )
-            if not isinstance(item.output, str):
+            if isinstance(item, FunctionCallOutput | CustomToolCallOutput) and not isinstance(item.output, str):
                 _check_parts(item.output, f"{param}.output")
+            elif isinstance(item, ComputerCallOutput):
+                _check_screenshot(item, f"{param}.output")
         elif isinstance(item, Message):
             _check_parts(item.content, f"{param}.content")
         elif isinstance(item, Reasoning | Compaction) and item.encrypted_content is not None:
             sealing.open_blob(item.encrypted_content, secret)
     return frozenset(calls)
+
+
+def _check_screenshot(item: ComputerCallOutput, param: str) -> None:
+    shot = item.output
+    if not shot.image_url and not shot.file_id:
+        raise InvalidParam("computer_screenshot needs image_url or file_id.", param=param)
+    image_size(InputImage(image_url=shot.image_url, file_id=shot.file_id), f"{param}.image_url")
 
 
 def _check_parts(parts: Iterable[object], param: str) -> None:

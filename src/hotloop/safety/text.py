@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from hotloop.tools.registry import BY_ITEM
 from hotloop.wire.items import (
     ContextItem,
     CustomToolCall,
@@ -22,6 +23,7 @@ from hotloop.wire.items import (
     Reasoning,
     Refusal,
 )
+from hotloop.wire.tool_items import TypedOutputItem
 
 
 def _parts_text(parts: Sequence[Any]) -> Iterator[str]:
@@ -51,7 +53,10 @@ def item_texts(item: ContextItem) -> Iterator[str]:
 
     Images, files (base64 or URLs), sealed blobs and ids are not text and are skipped.
     """
-    if isinstance(item, Message):
+    typed = BY_ITEM.get(type(item))
+    if typed is not None:  # a typed client tool's call or output reads as its function's (hotloop/tools/)
+        yield from item_texts(typed.lower(item))  # type: ignore[arg-type]
+    elif isinstance(item, Message):
         yield from _parts_text(item.content)
     elif isinstance(item, FunctionCall):
         yield item.arguments
@@ -75,7 +80,7 @@ def item_texts(item: ContextItem) -> Iterator[str]:
 
 def is_tool_output(item: ContextItem) -> bool:
     """Text that came back from a tool (what a third party may control), not from the user or the model."""
-    if isinstance(item, FunctionCallOutput | CustomToolCallOutput):
+    if isinstance(item, FunctionCallOutput | CustomToolCallOutput | TypedOutputItem):
         return True
     # An MCP server's answer, and the descriptions it gave its tools (the model reads them in its system message).
     if isinstance(item, McpCall | McpListTools):
@@ -89,7 +94,9 @@ def is_tool_output(item: ContextItem) -> bool:
 
 def tool_output_texts(item: ContextItem) -> Iterator[str]:
     """The text of a tool output item (empty for any other item)."""
-    if isinstance(item, FunctionCallOutput | CustomToolCallOutput):
+    if isinstance(item, TypedOutputItem):
+        yield from tool_output_texts(BY_ITEM[type(item)].lower(item))
+    elif isinstance(item, FunctionCallOutput | CustomToolCallOutput):
         if isinstance(item.output, str):
             yield item.output
         else:

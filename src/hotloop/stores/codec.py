@@ -12,11 +12,16 @@ from hotloop.metering.records import UsageRecord
 from hotloop.stores.base import Chain
 from hotloop.wire.items import KNOWN_ITEM_TYPES, ContextItem, OtherItem, item_to_builtins
 from hotloop.wire.response import Response, response_decoder
+from hotloop.wire.tool_items import TYPED_ITEMS
 
 encode = msgspec.json.Encoder().encode
 _decoders = {name: msgspec.json.Decoder(cls) for name, cls in KNOWN_ITEM_TYPES.items()}
-# Item types stored raw (as OtherItem) before they had a Struct: MCP items (protocol.md §1.10).
-_ONCE_RAW = frozenset({"mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response"})
+# Item types stored raw (as OtherItem) before they had a Struct: MCP items (protocol.md §1.10) and the typed
+# client tools' items (§1.11).
+_ONCE_RAW = frozenset(
+    {"mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response"}
+    | {str(cls.__struct_config__.tag) for cls in TYPED_ITEMS}
+)
 # A blob of items: [[type, item], ...]; each item stays raw until its type picks the decoder.
 _blob_decoder = msgspec.json.Decoder(list[tuple[str, msgspec.Raw]])
 usage_decoder = msgspec.json.Decoder(UsageRecord)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import msgspec
 
@@ -30,6 +31,24 @@ from hotloop.wire.items import (
 )
 from hotloop.wire.mcp_builder import McpBuilder
 from hotloop.wire.response import ErrorInfo, IncompleteDetails, Response, Usage
+from hotloop.wire.tool_items import ShellCall, TypedCallItem
+
+# The tool kinds whose calls are the items of §2.5; any other kind a backend names is a typed client tool (§1.11).
+_PLAIN_KINDS = frozenset({"function", "custom", "mcp"})
+
+
+class CallBuilder(Protocol):
+    """A typed client tool's call item built from the arguments the model wrote for it (hotloop/tools/: each kind
+    parses its own); `complete` is false when generation stopped inside them."""
+
+    def __call__(self, kind: str, call_id: str, arguments: str, complete: bool) -> TypedCallItem: ...
+
+
+class _Writing(msgspec.Struct):
+    """A typed call the model is still writing: nothing is sent until its arguments are whole (`_close_typed`)."""
+
+    kind: str
+    call_id: str
 
 
 def error_body(error: ErrorInfo) -> ev.ErrorBody:
@@ -63,15 +82,17 @@ class ResponseBuilder(McpBuilder):
         stream_id: str | None = None,
         reasoning_events: str = "openai",
         seal: Callable[[str], str] | None = None,
+        typed: CallBuilder | None = None,
     ) -> None:
         self.response = response
+        self._typed = typed
         self.stream_id = stream_id
         self._reasoning = REASONING_EVENTS[reasoning_events]
         self._seal = (
             seal  # `include: ["reasoning.encrypted_content"]`: a finished reasoning item carries its text sealed
         )
         self._seq = 0
-        self._open: OutputItem | None = None
+        self._open: OutputItem | _Writing | None = None
         self._text: list[str] = []
         self._init_mcp()
 
@@ -161,6 +182,9 @@ class ResponseBuilder(McpBuilder):
         if kind == "mcp":  # a tool of an MCP server the server runs: `namespace` is its label
             assert namespace is not None
             return out + self._open_mcp(name, namespace)
+        if kind not in _PLAIN_KINDS and self._typed is not None:
+            self._open, self._text = _Writing(kind, new_id("call")), []
+            return out
         if kind == "custom":
             item = CustomToolCall(
                 call_id=new_id("call"),
@@ -184,7 +208,7 @@ class ResponseBuilder(McpBuilder):
     def tool_call_delta(self, text: str) -> list[Event]:
         item = self._open
         self._text.append(text)
-        if isinstance(item, McpApprovalRequest):
+        if isinstance(item, McpApprovalRequest | _Writing):
             return []  # sent whole once its arguments are complete
         assert item is not None and item.id is not None
         return [self._emit(_CALL_DELTAS[type(item)], item_id=item.id, output_index=self._index, delta=text)]
@@ -206,6 +230,8 @@ class ResponseBuilder(McpBuilder):
         text = "".join(self._text)
         if isinstance(item, McpCall | McpApprovalRequest):
             return self._close_mcp(item, text, status)
+        if isinstance(item, _Writing):
+            return self._close_typed(item, text, status)
         index = self._index
         out: list[Event] = []
         assert item.id is not None
@@ -245,6 +271,30 @@ class ResponseBuilder(McpBuilder):
             out.append(self._emit(ev.CustomToolCallInputDone, item_id=item.id, output_index=index, input=text))
             done = msgspec.structs.replace(item, input=text, status=status)
         ended = self._done(index, done)  # held while a call before it has not run (wire/mcp_builder.py)
+        if ended is not None:
+            out.append(ended)
+        return out
+
+    def _close_typed(self, writing: _Writing, text: str, status: str) -> list[Event]:
+        assert self._typed is not None
+        return self.typed_call(self._typed(writing.kind, writing.call_id, text, status == "completed"))
+
+    def typed_call(self, item: TypedCallItem) -> list[Event]:
+        """A typed client tool's call as one whole item: `output_item.added`, a shell call's command events
+        (protocol.md §1.11), `output_item.done` (held behind an MCP call not run yet, as any item's)."""
+        index = self._index
+        out = [self._emit(ev.OutputItemAdded, output_index=index, item=item)]
+        if isinstance(item, ShellCall):
+            for number, command in enumerate(item.action.commands):
+                out.append(self._emit(ev.ShellCallCommandAdded, output_index=index, command_index=number, command=""))
+                if command:
+                    out.append(
+                        self._emit(ev.ShellCallCommandDelta, output_index=index, command_index=number, delta=command)
+                    )
+                out.append(
+                    self._emit(ev.ShellCallCommandDone, output_index=index, command_index=number, command=command)
+                )
+        ended = self._done(index, item)
         if ended is not None:
             out.append(ended)
         return out

@@ -187,6 +187,26 @@ class ErrorBody(msgspec.Struct):
     param: str | None
 
 
+# A `shell_call`'s commands (protocol.md §1.11; openai-python's ResponseShellCallCommand*Event): per command, added
+# (empty), its text as one delta, done; after `output_item.added` and before `output_item.done`.
+class ShellCallCommandAdded(_Event, tag="response.shell_call_command.added"):
+    output_index: int
+    command_index: int
+    command: str
+
+
+class ShellCallCommandDelta(_Event, tag="response.shell_call_command.delta"):
+    output_index: int
+    command_index: int
+    delta: str
+
+
+class ShellCallCommandDone(_Event, tag="response.shell_call_command.done"):
+    output_index: int
+    command_index: int
+    command: str
+
+
 class StreamError(_Event, tag="error"):
     """In-band SSE error before `response.failed` (protocol.md §2.9)."""
 

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from hotloop.wire.tool_items import TYPED_ITEMS, TypedCallItem, TypedOutputItem
+
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
 
@@ -174,7 +176,7 @@ McpItem = McpListTools | McpCall | McpApprovalRequest | McpApprovalResponse
 
 
 class OtherItem(msgspec.Struct):
-    """An item type hotloop has no slot for (web_search_call, local_shell_call, …): kept verbatim, never fatal."""
+    """An item type hotloop has no slot for (web_search_call, image_generation_call, …): kept verbatim, never fatal."""
 
     raw: dict[str, Any]
 
@@ -197,6 +199,8 @@ Item = (
     | McpCall
     | McpApprovalRequest
     | McpApprovalResponse
+    | TypedCallItem
+    | TypedOutputItem
 )
 KNOWN_ITEM_TYPES: dict[str, type[Any]] = {
     str(cls.__struct_config__.tag): cls
@@ -213,6 +217,7 @@ KNOWN_ITEM_TYPES: dict[str, type[Any]] = {
         McpCall,
         McpApprovalRequest,
         McpApprovalResponse,
+        *TYPED_ITEMS,
     )
 }
 ContextItem = (
@@ -224,11 +229,21 @@ ContextItem = (
     | Reasoning
     | (Compaction | OtherItem)
     | McpItem
+    | TypedCallItem
+    | TypedOutputItem
 )
 # A compaction is an output item when a create compacted its context (`context_management`, issue 14); an MCP
 # approval response is only ever input.
 OutputItem = (
-    Message | FunctionCall | CustomToolCall | Reasoning | Compaction | McpListTools | McpCall | McpApprovalRequest
+    Message
+    | FunctionCall
+    | CustomToolCall
+    | Reasoning
+    | Compaction
+    | McpListTools
+    | McpCall
+    | McpApprovalRequest
+    | TypedCallItem
 )
 
 

@@ -29,7 +29,7 @@ class McpBuilder:
 
     # Provided by ResponseBuilder.
     response: Response
-    _open: OutputItem | None
+    _open: Any  # OutputItem | None, or the builder's own marker of a call being written
     _emit: Callable[..., Event]
     _close_item: Callable[[str], list[Event]]
     open_item: Callable[[OutputItem], list[Event]]

@@ -14,7 +14,8 @@ counter and the same item lifecycle as the live stream, so the replay is what a 
   An `mcp_call` as its live stream had it, one item after the other: `output_item.added`, ONE arguments delta,
   `response.mcp_call_arguments.done`, `response.mcp_call.in_progress`, `.completed` | `.failed`, `output_item.done`
   (one that never ran: `output_item.done` right after its arguments; one an approval ran: no delta, as live). An
-  `mcp_list_tools` as live: added, `response.mcp_list_tools.in_progress`, `.completed` | `.failed`, done.
+  `mcp_list_tools` as live: added, `response.mcp_list_tools.in_progress`, `.completed` | `.failed`, done. A typed
+  client tool's call as live: `output_item.added` with the whole item, a shell call's command events, `.done`.
   An item of another shape (never produced by hotloop's builder) is replayed as `output_item.added` and `.done`.
 - A failed response with an error gets the in-band `error` event the live SSE stream sent before
   `response.failed` (§2.9). The opt-in `hotloop:timing_metrics` event is not stored and not replayed.
@@ -40,6 +41,7 @@ from hotloop.wire.items import (
     Reasoning,
 )
 from hotloop.wire.response import TERMINAL_STATUSES, Response
+from hotloop.wire.tool_items import ApplyPatchCall, ComputerCall, LocalShellCall, ShellCall
 
 
 def _replay_item(builder: ResponseBuilder, item: OutputItem) -> list[Event]:
@@ -71,6 +73,8 @@ def _replay_item(builder: ResponseBuilder, item: OutputItem) -> list[Event]:
         return _replay_mcp_call(builder, item)
     if isinstance(item, McpListTools):
         return builder.mcp_list_tools(item)
+    if isinstance(item, ShellCall | LocalShellCall | ApplyPatchCall | ComputerCall):
+        return builder.typed_call(item)  # as live: whole, once the model had written it
     # A compaction, an approval request, or an item of another shape: added and done as stored.
     return builder.add_item(item)
 

@@ -39,6 +39,7 @@ from hotloop.backends.sim.schema_example import example_for_schema
 from hotloop.backends.sim.shell import command_field, shell_arguments
 from hotloop.backends.sim.words import WORDS
 from hotloop.chat.specs import ToolSpec
+from hotloop.tools.registry import BY_KIND
 
 # How many recent token sequences the simulated prefix cache remembers.
 PREFIX_CACHE_ENTRIES = 64
@@ -152,9 +153,9 @@ class SimBackend:
         wants_tool = request.tools and request.tool_choice != "none"
         if wants_tool and (request.tool_choice == "required" or request.calls_so_far < k):
             count = max(1, self.settings.parallel_calls) if request.parallel_tool_calls else 1
-            forced = [spec for spec in request.tools if spec.name == request.forced_tool]
+            forced = [spec for spec in request.tools if spec.prompt_name == request.forced_tool]
             # A shell-like tool, when one is offered, so that an agent's calls really run something.
-            pool = [spec for spec in request.tools if command_field(spec) is not None] or request.tools
+            pool = [spec for spec in request.tools if acts(spec)] or request.tools
             chosen = forced[:1] * count if forced else [rng.choice(pool) for _ in range(count)]
             first = request.calls_so_far + 1
             return [(spec, _pieces(_call_payload(spec, rng, first + i))) for i, spec in enumerate(chosen)]
@@ -219,6 +220,11 @@ class SimBackend:
         yield Finished(reason=reason, output_tokens=emitted, cached_tokens=cached, reasoning_tokens=thought)
 
 
+def acts(spec: ToolSpec) -> bool:
+    """A tool that acts on the client's machine: a typed client tool, or a shell-like function."""
+    return spec.kind in BY_KIND or command_field(spec) is not None
+
+
 async def _fail(kind: str) -> None:
     if kind == "stall":
         await asyncio.Event().wait()  # never set: only a timeout or a cancellation ends it
@@ -232,8 +238,11 @@ def _pieces(text: str, size: int = 4) -> list[str]:
 
 def _call_payload(spec: ToolSpec, rng: random.Random, number: int) -> str:
     """A call's arguments; `number` counts the calls of the conversation (1-based) and names a shell call's marker."""
-    if spec.kind == "custom":
+    if spec.freeform:
         return f"simulated input for {spec.name}"
+    typed = BY_KIND.get(spec.kind)
+    if typed is not None:  # a typed client tool: a well-formed action (hotloop/tools/)
+        return json.dumps(typed.sample(number, rng))
     field = command_field(spec)
     if field is not None and spec.parameters is not None:
         return json.dumps(shell_arguments(spec.parameters, field, number, rng))

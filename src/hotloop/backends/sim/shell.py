@@ -8,6 +8,7 @@ from typing import Any
 
 from hotloop.backends.sim.schema_example import example_for_schema
 from hotloop.chat.specs import ToolSpec
+from hotloop.tools.shell import shell_command
 
 # Properties a shell-like function tool runs: a command line (string), an argv (`command`/`cmd` as an array) or
 # several command lines (`commands`), in this order of preference.
@@ -27,12 +28,6 @@ def command_field(spec: ToolSpec) -> str | None:
         if isinstance(schema, dict) and (_is_type(schema, "string") or _is_string_array(schema)):
             return name
     return None
-
-
-def shell_command(number: int) -> str:
-    """A harmless POSIX command line that proves it ran: it prints `hotloop-sim-<n>` (a text the command line itself
-    does not contain) and writes it to `hotloop_sim_<n>.txt` in the working directory."""
-    return f"printf 'hotloop-sim-%d\\n' {number} | tee hotloop_sim_{number}.txt"
 
 
 def shell_arguments(schema: dict[str, Any], field: str, number: int, rng: random.Random) -> dict[str, Any]:

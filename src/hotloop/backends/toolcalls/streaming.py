@@ -146,9 +146,9 @@ class HermesParser:
         if spec is None or (self.calls.count and not self.calls.parallel):
             return None
         payload: ObjectStream | StringStream
-        if spec.kind == "custom" and key != "parameters" and first == '"':
+        if spec.freeform and key != "parameters" and first == '"':
             payload = StringStream()
-        elif spec.kind != "custom" and key != "input" and first == "{":
+        elif not spec.freeform and key != "input" and first == "{":
             payload = ObjectStream()
         else:
             return None

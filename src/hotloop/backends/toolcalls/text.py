@@ -50,7 +50,7 @@ class ToolCalls:
         spec = self.tools.get(data["name"])
         if spec is None:
             return None
-        if spec.kind == "custom":
+        if spec.freeform:
             value = data.get("input", data.get("arguments", ""))
             return spec, value if isinstance(value, str) else json.dumps(value)
         arguments = data.get("arguments", data.get("parameters", {}))

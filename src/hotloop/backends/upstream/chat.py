@@ -203,7 +203,7 @@ class _StreamReader:
         if spec is None:
             self.open_custom = None
             return ToolCallStart(name=name)
-        self.open_custom = [] if spec.kind == "custom" else None
+        self.open_custom = [] if spec.freeform else None
         return ToolCallStart(name=spec.name, kind=spec.kind, namespace=spec.namespace)
 
     def _close(self) -> list[Delta]:

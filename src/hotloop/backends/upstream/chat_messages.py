@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from hotloop.backends.base import GenerationRequest
-from hotloop.chat.hosted import MCP_TYPES, expand
+from hotloop.chat.hosted import LOWERED_TYPES, expand
 from hotloop.chat.media import describe_file
 from hotloop.chat.messages import compaction_text, other_item_text
 from hotloop.chat.reasoning import ReplayPolicy, reasoning_text, replay_from
@@ -77,7 +77,7 @@ def messages(request: GenerationRequest, replay: Replay = DEFAULT_REPLAY) -> lis
 def append(out: list[ChatMessage], item: ContextItem, param: str, field: str = "reasoning_content") -> None:
     """Add `item` to the messages `out`, merging into the last one where one assistant turn continues; a reasoning
     item's text goes into `field` of the assistant message that follows it."""
-    if type(item) in MCP_TYPES:
+    if type(item) in LOWERED_TYPES:
         for equivalent in expand(item):
             append(out, equivalent, param, field)
         return
@@ -157,7 +157,7 @@ def tools(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
         function: dict[str, Any] = {"name": wire_name(spec.name, spec.namespace)}
         if spec.description:
             function["description"] = spec.description
-        if spec.kind == "custom":
+        if spec.freeform:
             function["parameters"] = CUSTOM_INPUT
         else:
             function["parameters"] = spec.parameters or {"type": "object", "properties": {}}
@@ -167,7 +167,7 @@ def tools(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
 
 def tool_choice(request: GenerationRequest) -> str | dict[str, Any]:
     if request.forced_tool is not None:
-        spec = next((spec for spec in request.tools if spec.name == request.forced_tool), None)
+        spec = next((spec for spec in request.tools if spec.prompt_name == request.forced_tool), None)
         name = wire_name(spec.name, spec.namespace) if spec is not None else request.forced_tool
         return {"type": "function", "function": {"name": name}}
     return request.tool_choice

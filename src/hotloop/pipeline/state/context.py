@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from hotloop.wire.items import ContextItem, CustomToolCall, FunctionCall
+from hotloop.tools.registry import call_ids
+from hotloop.wire.items import ContextItem
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import Response
 
@@ -102,8 +103,8 @@ class Context(Sequence[ContextItem]):
 
 
 def call_ids_of(items: Sequence[ContextItem]) -> frozenset[str]:
-    """The call ids that a `function_call_output` / `custom_tool_call_output` may answer."""
-    return frozenset(item.call_id for item in items if isinstance(item, FunctionCall | CustomToolCall))
+    """The call ids that an output item (`function_call_output`, `shell_call_output`, …) may answer."""
+    return frozenset(call_ids(items))
 
 
 class ChainState(msgspec.Struct, kw_only=True):

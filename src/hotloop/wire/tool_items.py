@@ -1,0 +1,151 @@
+"""The items of the typed tools a client runs (protocol.md §1.11), shaped as openai-python types them
+(`types/responses/`: `response_function_shell_tool_call(_output)`, `response_input_item`'s `LocalShellCall(Output)`,
+`response_apply_patch_tool_call(_output)`, `response_computer_tool_call`, `ComputerCallOutput`).
+
+The server never runs these tools: the model's call goes to the client as its item, and the client's answer comes
+back as the output item. Nested shapes the server only carries (an action, an operation, a screenshot) are kept as
+the client sent them or as `hotloop/tools/` built them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+
+
+class _Item(msgspec.Struct, tag_field="type", omit_defaults=True, forbid_unknown_fields=False):
+    pass
+
+
+# -- shell (the Agents SDK's ShellTool; `{"type": "shell"}`) --------------------------------------------------------
+
+
+class ShellAction(msgspec.Struct, omit_defaults=True):
+    commands: list[str]
+    timeout_ms: int | None = None
+    max_output_length: int | None = None
+
+
+class ShellOutcome(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=False):
+    type: Literal["exit", "timeout"]
+    exit_code: int | None = None
+
+
+class ShellOutput(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=False):
+    stdout: str
+    stderr: str
+    outcome: ShellOutcome
+
+
+class ShellCall(_Item, tag="shell_call"):
+    call_id: str
+    action: ShellAction
+    id: str | None = None
+    status: ItemStatus | None = None
+    environment: dict[str, Any] | None = None
+
+
+class ShellCallOutput(_Item, tag="shell_call_output"):
+    call_id: str
+    output: list[ShellOutput]
+    id: str | None = None
+    status: ItemStatus | None = None
+    max_output_length: int | None = None
+
+
+# -- local_shell (the older LocalShellTool) ---------------------------------------------------------------------------
+
+
+class LocalShellAction(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=False):
+    command: list[str]
+    env: dict[str, str] | None = None  # hotloop's calls set `{}`: openai-python requires the key
+    type: Literal["exec"] = "exec"
+    timeout_ms: int | None = None
+    working_directory: str | None = None
+    user: str | None = None
+
+
+class LocalShellCall(_Item, tag="local_shell_call"):
+    call_id: str
+    action: LocalShellAction
+    id: str | None = None
+    status: ItemStatus | None = None
+
+
+class LocalShellCallOutput(_Item, tag="local_shell_call_output"):
+    """openai-python names the call's id `id`; the Agents SDK sends `call_id` (protocol.md §1.11): either pairs."""
+
+    output: str
+    call_id: str | None = None
+    id: str | None = None
+    status: ItemStatus | None = None
+
+    @property
+    def answers(self) -> str:
+        return self.call_id or self.id or ""
+
+
+# -- apply_patch (the Agents SDK's ApplyPatchTool; `{"type": "apply_patch"}`) ----------------------------------------
+
+
+class PatchOperation(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=False):
+    type: Literal["create_file", "update_file", "delete_file"]
+    path: str
+    diff: str | None = None  # none for delete_file
+
+
+class ApplyPatchCall(_Item, tag="apply_patch_call"):
+    call_id: str
+    operation: PatchOperation
+    id: str | None = None
+    status: Literal["in_progress", "completed"] | None = None
+
+
+class ApplyPatchCallOutput(_Item, tag="apply_patch_call_output"):
+    call_id: str
+    status: Literal["completed", "failed"]
+    output: str | None = None
+    id: str | None = None
+
+
+# -- computer (`computer`, and `computer_use_preview` before it) -----------------------------------------------------
+
+
+class ComputerCall(_Item, tag="computer_call"):
+    call_id: str
+    pending_safety_checks: list[dict[str, Any]] | None = None  # hotloop's calls set `[]`: a required key
+    action: dict[str, Any] | None = None
+    actions: list[dict[str, Any]] | None = None
+    id: str | None = None
+    status: ItemStatus | None = None
+
+
+class ComputerScreenshot(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=False):
+    type: Literal["computer_screenshot"]
+    image_url: str | None = None
+    file_id: str | None = None
+
+
+class ComputerCallOutput(_Item, tag="computer_call_output"):
+    call_id: str
+    output: ComputerScreenshot
+    acknowledged_safety_checks: list[dict[str, Any]] | None = None
+    id: str | None = None
+    status: ItemStatus | None = None
+
+
+TypedCallItem = ShellCall | LocalShellCall | ApplyPatchCall | ComputerCall
+TypedOutputItem = ShellCallOutput | LocalShellCallOutput | ApplyPatchCallOutput | ComputerCallOutput
+TYPED_ITEMS: tuple[Any, ...] = (
+    ShellCall,
+    ShellCallOutput,
+    LocalShellCall,
+    LocalShellCallOutput,
+    ApplyPatchCall,
+    ApplyPatchCallOutput,
+    ComputerCall,
+    ComputerCallOutput,
+)
