@@ -21,6 +21,9 @@ class GenerationRequest(msgspec.Struct, kw_only=True):
     # A list, or the renderer's array("i"): handing over the array avoids a per-element copy of a long prompt.
     prompt_tokens: Sequence[int]
     tools: list[ToolSpec] = msgspec.field(default_factory=list)
+    # Deferred tools not loaded yet (`defer_loading`): never rendered nor callable; hotloop-sim picks its
+    # `tool_search` query from them, as a model would from its task.
+    deferred: list[ToolSpec] = msgspec.field(default_factory=list)
     # "auto" | "none" | "required" | a tool name that must be called
     tool_choice: str = "auto"
     forced_tool: str | None = None

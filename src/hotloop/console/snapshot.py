@@ -14,6 +14,7 @@ import msgspec
 
 from hotloop.observability.metrics import Samples
 from hotloop.pipeline.service import Service
+from hotloop.tools.registry import pair
 
 OWNER_PREFIX = 12  # characters of the owner tag shown: enough to tell keys apart, useless to guess one
 
@@ -111,12 +112,19 @@ def _connections(service: Service) -> list[dict[str, Any]]:
                 "response_id": state.response.id,
                 "model": state.response.model,
                 "items": len(state.context),
+                "awaiting": _awaiting(state.response.output),
             }
             for lane, state in session.lanes().items()
         ]
         rows.append({"owner": owner_label(session.owner), "age_s": round(now - session.opened_at, 1), "lanes": lanes})
     rows.sort(key=lambda row: float(row["age_s"]), reverse=True)
     return rows
+
+
+def _awaiting(output: list[Any]) -> list[str]:
+    """The types of the calls a response handed to its client (`function_call`, `shell_call`, `apply_patch_call`,
+    …): what the lane waits for. Only the types: a call's command, patch or arguments may hold a user's data."""
+    return [str(type(item).__struct_config__.tag) for item in output if (found := pair(item)) and found[0] == "call"]
 
 
 def _ledger(service: Service) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.context import ChainState, Context
 from hotloop.pipeline.state.session import Session
 from hotloop.pipeline.traces import end_trace
+from hotloop.tools.registry import call_ids
 from hotloop.wire.builder import ResponseBuilder, error_body
 from hotloop.wire.events import Event
 from hotloop.wire.response import ErrorInfo
@@ -151,7 +152,7 @@ def chain_state(prepared: Prepared, owner: str) -> ChainState:
     return ChainState(
         response=response,
         context=base.extend([*prepared.new_items, *output]),
-        call_ids=prepared.call_ids | {item.call_id for item in output if hasattr(item, "call_id")},
+        call_ids=prepared.call_ids | call_ids(output),
         model=prepared.model,
         request=prepared.request,
         owner=owner,

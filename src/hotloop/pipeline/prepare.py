@@ -12,6 +12,7 @@ from typing import Any
 
 from hotloop.backends.base import GenerationRequest
 from hotloop.chat.render import Prompt
+from hotloop.chat.specs import ToolSpec
 from hotloop.ids import new_id
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
@@ -30,6 +31,7 @@ from hotloop.pipeline.tools import ToolChoice, ToolSet, resolve_tool_choice, res
 from hotloop.pipeline.turn import Turn
 from hotloop.pipeline.validate import check_new_items, check_request
 from hotloop.safety.stage import SafetyResult
+from hotloop.tools.tool_search import SERVER_KIND, check_loadable, loaded
 from hotloop.wire.items import ContextItem
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import Response
@@ -64,8 +66,11 @@ async def start_turn(
         where = endpoints(tools, service.settings) if tools.mcp else {}
         prior.check(fresh)
         call_ids = check_new_items(fresh, prior.call_ids, service.secret, offset=prior.skip)
+        check_loadable(fresh, tools.deferred, tools.specs)
         approved = approved_calls(prior.context, fresh)
     mcp: McpTurn | None = None
+    if _searches(tools) and not (tools.mcp or approved):  # the server runs the searches between generations
+        mcp = McpTurn({}, [], [], _context(inputs) if model.style.tokens else ())
     if tools.mcp or approved:
         context = _context(inputs)
         with timings.stage("mcp_list"):  # the tools of MCP servers not listed in the chain (listing.py)
@@ -104,7 +109,7 @@ async def start_turn(
         new_items=inputs.items,
         call_ids=call_ids,
         model=model,
-        generation=_generation(request, response, choice, prompt, inputs),
+        generation=_generation(request, response, choice, prompt, inputs, tools),
         rendered=prompt.state,
         safety=safety,
         tools=tools,
@@ -148,16 +153,32 @@ def _tools(prior: Prior, request: CreateRequest, service: Service) -> ToolSet:
     return tools
 
 
+def _searches(tools: ToolSet) -> bool:
+    search = tools.search
+    return search is not None and search.kind == SERVER_KIND and bool(tools.deferred)
+
+
+def _loaded(tools: ToolSet, inputs: Inputs) -> list[ToolSpec]:
+    """The deferred tools that searches in the context loaded (scanned only when the request defers tools)."""
+    if not tools.deferred:
+        return []
+    return loaded([*inputs.prior.context, *inputs.fresh], tools.deferred)
+
+
 def _generation(
-    request: CreateRequest, response: Response, choice: ToolChoice, prompt: Prompt, inputs: Inputs
+    request: CreateRequest, response: Response, choice: ToolChoice, prompt: Prompt, inputs: Inputs, tools: ToolSet
 ) -> GenerationRequest:
     parent = inputs.prior.parent
+    found = _loaded(tools, inputs)
+    offered = [*choice.tools.specs, *found] if choice.mode != "none" else []
     return GenerationRequest(
         prompt_tokens=prompt.tokens,
         # A model behind a chat API gets the whole conversation (it keeps no state), with the instructions.
         items=prompt.items,
         instructions=request.instructions,
-        tools=list(choice.tools.specs) if choice.mode != "none" else [],
+        # Loaded tools are callable, not rendered: their definitions are in the search's output (§1.11).
+        tools=offered,
+        deferred=[spec for spec in tools.deferred if spec not in found],
         tool_choice=choice.mode,
         forced_tool=choice.forced,
         parallel_tool_calls=response.parallel_tool_calls,

@@ -10,7 +10,7 @@ import msgspec
 from hotloop.chat.specs import ToolSpec
 from hotloop.errors import InvalidParam
 from hotloop.pipeline.mcp.declare import Declared, declare
-from hotloop.tools.registry import BY_KIND, BY_TYPE, HOSTED_TYPES
+from hotloop.tools.registry import BY_KIND, BY_TYPE, HOSTED_TYPES, SEARCH_KINDS
 from hotloop.wire.items import McpListTools
 
 # What `drop_tool_types` defaults to: unmodified Codex always sends `web_search`, and nothing a server can say
@@ -30,13 +30,20 @@ class ToolSet(msgspec.Struct, frozen=True):
     listed: tuple[McpListTools, ...] = ()  # the lists behind the MCP specs (empty until offered)
     approvals: frozenset[tuple[str, str]] = frozenset()  # (server label, tool) calls that wait for approval
     dropped: tuple[str, ...] = ()  # the types `drop_tool_types` took out of the request, counted per turn
+    # Tools marked `defer_loading`: never rendered, callable once a `tool_search_output` loaded them (§1.11).
+    deferred: tuple[ToolSpec, ...] = ()
 
     def find(self, name: str, namespace: str | None = None) -> ToolSpec | None:
         """The tool named `name` in `namespace`, or by the name the model sees (`namespace.name`)."""
         for spec in self.specs:
-            if (spec.name == name and spec.namespace == namespace) or spec.prompt_name == name:
+            if (spec.name == name and spec.namespace == namespace) or (namespace is None and spec.prompt_name == name):
                 return spec
         return None
+
+    @property
+    def search(self) -> ToolSpec | None:
+        """The `tool_search` tool, if the request has one."""
+        return next((spec for spec in self.specs if spec.kind in SEARCH_KINDS), None)
 
 
 def _function(raw: dict[str, Any], param: str, namespace: str | None = None) -> tuple[dict[str, Any], ToolSpec]:
@@ -61,6 +68,8 @@ def _function(raw: dict[str, Any], param: str, namespace: str | None = None) -> 
         "parameters": parameters,
         "strict": strict,
     }
+    if raw.get("defer_loading") is True:
+        echo["defer_loading"] = True
     return echo, ToolSpec(name=name, description=description, parameters=parameters, namespace=namespace)
 
 
@@ -77,20 +86,19 @@ def _custom(raw: dict[str, Any], param: str, namespace: str | None = None) -> To
     )
 
 
-def _namespace(raw: dict[str, Any], param: str) -> list[ToolSpec]:
+def _namespace(raw: dict[str, Any], param: str) -> list[tuple[ToolSpec, bool]]:
+    """The members, each with whether it is deferred (`defer_loading` applies to members, not the namespace)."""
     name = raw.get("name")
     members = raw.get("tools")
     if not isinstance(name, str) or not isinstance(members, list):
         raise InvalidParam("A namespace tool needs 'name' and a 'tools' list.", param=param, code="invalid_type")
-    specs: list[ToolSpec] = []
+    specs: list[tuple[ToolSpec, bool]] = []
     for index, member in enumerate(members):
         where = f"{param}.tools[{index}]"
         if not isinstance(member, dict):
             raise InvalidParam("Each namespace member must be an object.", param=where, code="invalid_type")
-        if member.get("type") == "custom":
-            specs.append(_custom(member, where, name))
-        else:
-            specs.append(_function(member, where, name)[1])
+        spec = _custom(member, where, name) if member.get("type") == "custom" else _function(member, where, name)[1]
+        specs.append((spec, member.get("defer_loading") is True))
     return specs
 
 
@@ -103,10 +111,12 @@ def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFA
     specs: list[ToolSpec] = []
     servers: list[Declared] = []
     dropped: list[str] = []
+    deferred: list[ToolSpec] = []
     drop = frozenset(drop)
     for index, raw in enumerate(tools or ()):
         param = f"tools[{index}]"
         kind = raw.get("type")
+        later = raw.get("defer_loading") is True
         if kind in BY_TYPE:  # a typed tool the client runs (hotloop/tools/)
             specs.append(BY_TYPE[kind].declare(raw, param))
             others.append(raw)
@@ -115,12 +125,13 @@ def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFA
         elif kind == "function":
             echo, spec = _function(raw, param)
             functions.append(echo)
-            specs.append(spec)
+            (deferred if later else specs).append(spec)
         elif kind == "custom":
-            specs.append(_custom(raw, param))
+            (deferred if later else specs).append(_custom(raw, param))
             others.append(raw)
         elif kind == "namespace":
-            specs.extend(_namespace(raw, param))
+            for spec, member_later in _namespace(raw, param):
+                (deferred if member_later else specs).append(spec)
             others.append(raw)
         elif kind == "mcp":
             echo, declared = declare(raw, index)
@@ -132,8 +143,19 @@ def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFA
             raise InvalidParam("Each tool needs a string 'type'.", param=f"{param}.type", code="invalid_type")
         else:
             raise unsupported(kind, param)
-    check_unique(specs)
-    return ToolSet(echo=functions + others, specs=tuple(specs), mcp=tuple(servers), dropped=tuple(dropped))
+    check_unique([*specs, *deferred])
+    found = ToolSet(
+        echo=functions + others,
+        specs=tuple(specs),
+        mcp=tuple(servers),
+        dropped=tuple(dropped),
+        deferred=tuple(deferred),
+    )
+    if (deferred or any(server.deferred for server in servers)) and found.search is None:
+        raise InvalidParam(
+            "Tools marked defer_loading need a tool_search tool to load them.", param="tools", code="invalid_value"
+        )
+    return found
 
 
 def unsupported(kind: str, param: str) -> InvalidParam:
@@ -218,4 +240,4 @@ def _names(entry: object, spec: ToolSpec) -> bool:
             and entry.get("name") in (None, spec.name)
         )
     name, namespace = entry.get("name"), entry.get("namespace")
-    return (name == spec.name and namespace == spec.namespace) or name == spec.prompt_name
+    return (name == spec.name and namespace == spec.namespace) or (namespace is None and name == spec.prompt_name)

@@ -136,8 +136,27 @@ def tools_in_prompt(text: str) -> tuple[list[ToolSpec], int]:
 
 HARMONY_TOOLS, HARMONY_TOOLS_END = "namespace functions {", "} // namespace functions"
 _TS_TYPE = re.compile(r"^type (\S+) = \((.*)$")
-_TS_FIELD = re.compile(r"^(\w+)(\??): ([^,]+),")
-_TS_TYPES = {"number": "number", "boolean": "boolean"}
+# `name?: TYPE,` and a ` // default: …` after it (chat/harmony.py `_field`); TYPE may hold commas (an enum's strings).
+_TS_FIELD = re.compile(r"^(\w+)(\??): (.+),(?: // default: .*)?$")
+_TS_TYPES = {"string": "string", "number": "number", "boolean": "boolean", "object": "object"}
+
+
+def _ts_schema(text: str) -> dict[str, Any]:
+    """A JSON schema for a TypeScript type as chat/harmony.py `_type` writes it: a primitive, `T[]`, or an enum
+    (`"a" | "b"`), so that the engine's arguments keep to it (an array, one of the enum's values) as the model's
+    would; `any`, and what is not understood, takes any value (a string)."""
+    text = text.strip()
+    if text.endswith("[]"):
+        return {"type": "array", "items": _ts_schema(text[:-2])}
+    if text in _TS_TYPES:
+        return {"type": _TS_TYPES[text]}
+    try:
+        values = [json.loads(part) for part in text.split(" | ")]
+    except ValueError:
+        return {"type": "string"}
+    if all(isinstance(value, str) for value in values):
+        return {"type": "string", "enum": values}
+    return {"enum": values}
 
 
 def _harmony_tools(text: str) -> tuple[list[ToolSpec], int]:
@@ -151,7 +170,7 @@ def _harmony_tools(text: str) -> tuple[list[ToolSpec], int]:
         if fields is not None:  # inside a tool's parameter object
             field = _TS_FIELD.match(line)
             if field is not None:
-                fields["properties"][field.group(1)] = {"type": _TS_TYPES.get(field.group(3).strip(), "string")}
+                fields["properties"][field.group(1)] = _ts_schema(field.group(3))
                 if not field.group(2):
                     fields["required"].append(field.group(1))
             elif line.startswith("})"):

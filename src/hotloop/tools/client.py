@@ -19,11 +19,15 @@ class ClientTool:
     """One kind: its `tools[i].type` names, its items, its function as the model sees it; subclasses parse."""
 
     types: ClassVar[tuple[str, ...]]  # the `tools[i].type` values that declare it (a preview name beside one)
-    kind: ClassVar[str]  # its ToolSpec.kind, and the function's name in the prompt
+    kind: ClassVar[str]  # its ToolSpec.kind, and the function's name in the prompt (`name`)
     call: ClassVar[type[Any]]
     output: ClassVar[type[Any]]
     description: ClassVar[str]
     parameters: ClassVar[dict[str, Any]]
+
+    @property
+    def name(self) -> str:
+        return self.kind
 
     def declare(self, raw: dict[str, Any], param: str) -> ToolSpec:
         """The spec offered to the model; raises `InvalidParam` naming `param`'s field for what hotloop cannot
@@ -46,6 +50,10 @@ class ClientTool:
         """What the model reads as the call's result."""
         raise NotImplementedError
 
+    def call_key(self, item: TypedCallItem) -> str:
+        """The call id its output answers."""
+        return str(item.call_id)
+
     def answers(self, item: TypedOutputItem) -> str:
         """The call id an output answers."""
         return str(item.call_id)
@@ -58,7 +66,7 @@ class ClientTool:
         """The item as the function call or output every chat format renders (chat/hosted.py)."""
         if isinstance(item, self.call):
             arguments = json.dumps(self.call_arguments(item), separators=(",", ":"))
-            return FunctionCall(call_id=item.call_id, name=self.kind, arguments=arguments, id=item.id)
+            return FunctionCall(call_id=self.call_key(item), name=self.name, arguments=arguments, id=item.id)
         answer = cast(TypedOutputItem, item)
         return FunctionCallOutput(call_id=self.answers(answer), output=self.output_content(answer), id=answer.id)
 

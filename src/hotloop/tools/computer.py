@@ -23,7 +23,31 @@ ACTIONS: dict[str, tuple[str, ...]] = {
     "type": ("text",),
     "wait": (),
 }
-_INTS = ("x", "y", "scroll_x", "scroll_y")
+_BUTTONS = ("left", "right", "wheel", "back", "forward")
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _point(value: Any) -> bool:
+    return isinstance(value, dict) and _int(value.get("x")) and _int(value.get("y"))
+
+
+# Each field's check and the value it takes when missing or malformed; every field is required by openai-python,
+# so the item always carries one. Only a scroll amount (a scroll along one axis) and a click's button are optional
+# to the model: a missing one is no error.
+_FIELDS: dict[str, tuple[Any, Any]] = {
+    "x": (_int, 0),
+    "y": (_int, 0),
+    "scroll_x": (_int, 0),
+    "scroll_y": (_int, 0),
+    "button": (lambda value: value in _BUTTONS, "left"),
+    "keys": (lambda value: isinstance(value, list) and all(isinstance(key, str) for key in value), []),
+    "text": (lambda value: isinstance(value, str), ""),
+    "path": (lambda value: isinstance(value, list) and bool(value) and all(map(_point, value)), []),
+}
+_OPTIONAL = frozenset({"scroll_x", "scroll_y", "button"})
 
 
 class Computer(ClientTool):
@@ -67,13 +91,11 @@ class Computer(ClientTool):
         action: dict[str, Any] = {"type": kind if valid else "screenshot"}
         for field in ACTIONS.get(str(kind), ()):
             value = parsed.get(field)
-            if field in _INTS and not (isinstance(value, int) and not isinstance(value, bool)):
-                valid = valid and field not in ("x", "y")  # a position is required where the action has one
-                value = 0 if field in ("x", "y") else None
-            if value is not None:
-                action[field] = value
-        if kind == "click" and action.get("button") is None:
-            action["button"] = "left"
+            check, default = _FIELDS[field]
+            if not check(value):
+                valid = valid and value is None and field in _OPTIONAL
+                value = list(default) if isinstance(default, list) else default  # never shared
+            action[field] = value
         status: ItemStatus = "completed" if complete and valid else "incomplete"
         return ComputerCall(call_id=call_id, action=action, pending_safety_checks=[], id=new_id("cu"), status=status)
 

@@ -47,6 +47,7 @@ class LocalShell(ClientTool):
         action = LocalShellAction(
             command=command or [],
             env={},
+            type="exec",
             timeout_ms=optional_int(parsed.get("timeout_ms")),
             working_directory=directory if isinstance(directory, str) else None,
         )

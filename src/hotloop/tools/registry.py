@@ -14,6 +14,7 @@ from hotloop.tools.client import ClientTool
 from hotloop.tools.computer import COMPUTER
 from hotloop.tools.local_shell import LOCAL_SHELL
 from hotloop.tools.shell import SHELL
+from hotloop.tools.tool_search import CLIENT_KIND, SERVER_KIND, TOOL_SEARCH
 from hotloop.wire.items import (
     CustomToolCall,
     CustomToolCallOutput,
@@ -22,9 +23,11 @@ from hotloop.wire.items import (
 )
 from hotloop.wire.tool_items import TypedCallItem
 
-CLIENT_TOOLS: tuple[ClientTool, ...] = (SHELL, LOCAL_SHELL, APPLY_PATCH, COMPUTER)
+CLIENT_TOOLS: tuple[ClientTool, ...] = (SHELL, LOCAL_SHELL, APPLY_PATCH, COMPUTER, TOOL_SEARCH)
 BY_TYPE: dict[str, ClientTool] = {name: tool for tool in CLIENT_TOOLS for name in tool.types}
-BY_KIND: dict[str, ClientTool] = {tool.kind: tool for tool in CLIENT_TOOLS}
+# By ToolSpec.kind: a search the client runs is a kind of its own, so that its call says so (`execution`).
+BY_KIND: dict[str, ClientTool] = {tool.kind: tool for tool in CLIENT_TOOLS} | {CLIENT_KIND: TOOL_SEARCH}
+SEARCH_KINDS = frozenset({SERVER_KIND, CLIENT_KIND})
 BY_ITEM: dict[type[Any], ClientTool] = {cls: tool for tool in CLIENT_TOOLS for cls in (tool.call, tool.output)}
 TYPED_ITEM_TYPES = frozenset(BY_ITEM)
 
@@ -63,10 +66,10 @@ def pair(item: Any) -> tuple[Literal["call", "output"], str] | None:
     """("call", its call id) for a call the client answers, ("output", the call id it answers) for an answer;
     None for any other item (an MCP call the server ran pairs with nothing the client sends)."""
     kind = type(item)
+    typed = BY_ITEM.get(kind)
     if kind in _CALLS:
-        return "call", item.call_id
+        return "call", typed.call_key(item) if typed is not None else item.call_id
     if kind in _OUTPUTS:
-        typed = BY_ITEM.get(kind)
         return "output", typed.answers(item) if typed is not None else item.call_id
     return None
 
@@ -83,4 +86,6 @@ def answered(items: Iterable[Any]) -> set[str]:
 
 def build_call(kind: str, call_id: str, arguments: str, complete: bool) -> TypedCallItem:
     """wire/builder.py's `CallBuilder`: the typed call item of a kind's call the model wrote."""
+    if kind == CLIENT_KIND:
+        return TOOL_SEARCH.build(call_id, arguments, complete, "client")
     return BY_KIND[kind].build(call_id, arguments, complete)

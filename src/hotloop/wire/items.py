@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from hotloop.wire.tool_items import TYPED_ITEMS, TypedCallItem, TypedOutputItem
+from hotloop.wire.tool_items import TYPED_ITEMS, ToolSearchOutput, TypedCallItem, TypedOutputItem
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
@@ -244,6 +244,7 @@ OutputItem = (
     | McpCall
     | McpApprovalRequest
     | TypedCallItem
+    | ToolSearchOutput
 )
 
 

@@ -62,7 +62,7 @@ class ShellCallOutput(_Item, tag="shell_call_output"):
 class LocalShellAction(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=False):
     command: list[str]
     env: dict[str, str] | None = None  # hotloop's calls set `{}`: openai-python requires the key
-    type: Literal["exec"] = "exec"
+    type: Literal["exec"] | None = None  # hotloop's calls set "exec": openai-python requires the key
     timeout_ms: int | None = None
     working_directory: str | None = None
     user: str | None = None
@@ -137,8 +137,41 @@ class ComputerCallOutput(_Item, tag="computer_call_output"):
     status: ItemStatus | None = None
 
 
-TypedCallItem = ShellCall | LocalShellCall | ApplyPatchCall | ComputerCall
-TypedOutputItem = ShellCallOutput | LocalShellCallOutput | ApplyPatchCallOutput | ComputerCallOutput
+# -- tool_search (deferred tools loaded on demand) -------------------------------------------------------------------
+
+
+class ToolSearchCall(_Item, tag="tool_search_call"):
+    """The model's search of the deferred tools; `execution` server: hotloop ran it (its output follows in the same
+    response); client: the client runs it and answers with a `tool_search_output` naming the tools to load."""
+
+    arguments: Any
+    execution: Literal["server", "client"]
+    call_id: str | None = None
+    id: str | None = None
+    status: ItemStatus | None = None
+
+    @property
+    def key(self) -> str:
+        """What its output answers: the call id, or the item id of a server-run search without one."""
+        return self.call_id or self.id or ""
+
+
+class ToolSearchOutput(_Item, tag="tool_search_output"):
+    """The tools a search loaded (their definitions, as declared): callable from here on."""
+
+    tools: list[dict[str, Any]]
+    execution: Literal["server", "client"] = "client"
+    call_id: str | None = None
+    id: str | None = None
+    status: ItemStatus | None = None
+
+    @property
+    def answers(self) -> str:
+        return self.call_id or ""
+
+
+TypedCallItem = ShellCall | LocalShellCall | ApplyPatchCall | ComputerCall | ToolSearchCall
+TypedOutputItem = ShellCallOutput | LocalShellCallOutput | ApplyPatchCallOutput | ComputerCallOutput | ToolSearchOutput
 TYPED_ITEMS: tuple[Any, ...] = (
     ShellCall,
     ShellCallOutput,
@@ -148,4 +181,6 @@ TYPED_ITEMS: tuple[Any, ...] = (
     ApplyPatchCallOutput,
     ComputerCall,
     ComputerCallOutput,
+    ToolSearchCall,
+    ToolSearchOutput,
 )

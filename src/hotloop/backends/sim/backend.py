@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 import random
+import re
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Sequence
@@ -39,7 +40,7 @@ from hotloop.backends.sim.schema_example import example_for_schema
 from hotloop.backends.sim.shell import command_field, shell_arguments
 from hotloop.backends.sim.words import WORDS
 from hotloop.chat.specs import ToolSpec
-from hotloop.tools.registry import BY_KIND
+from hotloop.tools.registry import BY_KIND, SEARCH_KINDS
 
 # How many recent token sequences the simulated prefix cache remembers.
 PREFIX_CACHE_ENTRIES = 64
@@ -152,10 +153,16 @@ class SimBackend:
         k = int(self._option(request, "tool_calls", self.settings.tool_calls))
         wants_tool = request.tools and request.tool_choice != "none"
         if wants_tool and (request.tool_choice == "required" or request.calls_so_far < k):
+            search = next((spec for spec in request.tools if spec.kind in SEARCH_KINDS), None)
+            if search is not None and request.deferred and request.calls_so_far == 0 and not request.forced_tool:
+                # The tools it would call are deferred: its first call searches for them (their names' words).
+                query = " ".join(_words_of(spec.name) for spec in request.deferred[:2])
+                return [(search, _pieces(json.dumps({"query": query})))]
             count = max(1, self.settings.parallel_calls) if request.parallel_tool_calls else 1
             forced = [spec for spec in request.tools if spec.prompt_name == request.forced_tool]
+            callable_ = [spec for spec in request.tools if spec.kind not in SEARCH_KINDS] or request.tools
             # A shell-like tool, when one is offered, so that an agent's calls really run something.
-            pool = [spec for spec in request.tools if acts(spec)] or request.tools
+            pool = [spec for spec in callable_ if acts(spec)] or callable_
             chosen = forced[:1] * count if forced else [rng.choice(pool) for _ in range(count)]
             first = request.calls_so_far + 1
             return [(spec, _pieces(_call_payload(spec, rng, first + i))) for i, spec in enumerate(chosen)]
@@ -222,7 +229,12 @@ class SimBackend:
 
 def acts(spec: ToolSpec) -> bool:
     """A tool that acts on the client's machine: a typed client tool, or a shell-like function."""
-    return spec.kind in BY_KIND or command_field(spec) is not None
+    return (spec.kind in BY_KIND and spec.kind not in SEARCH_KINDS) or command_field(spec) is not None
+
+
+def _words_of(name: str) -> str:
+    """A tool name's words: `get_weather` → "get weather", `sendEmail` → "send Email"."""
+    return " ".join(re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", name)) or name
 
 
 async def _fail(kind: str) -> None:

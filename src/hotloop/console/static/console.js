@@ -136,6 +136,13 @@ function renderHistory(history) {
   }
 }
 
+// A lane's latest response, its context's size, and the calls its client has to answer (their types only: the state
+// never carries a call's command or arguments).
+function laneText(lane) {
+  const awaiting = (lane.awaiting || []).length ? ` · awaits ${lane.awaiting.join(", ")}` : "";
+  return `${lane.lane}: ${lane.response_id.slice(0, 14)}… · ${lane.items}${awaiting}`;
+}
+
 function render(state) {
   const total = state.responses.total;
   if (previous && state.time > previous.time) {
@@ -152,7 +159,7 @@ function render(state) {
   fillRows("ledger", state.ledger.map((row) =>
     [row.owner, fmtNumber(row.responses), fmtNumber(row.input_tokens), fmtNumber(row.cached_tokens), fmtNumber(row.output_tokens)]));
   fillRows("connections", state.connections.map((conn) =>
-    [conn.owner, fmtAge(conn.age_s), conn.lanes.map((l) => `${l.lane}: ${l.response_id.slice(0, 14)}… · ${l.items}`).join("  |  ") || "(idle)"]));
+    [conn.owner, fmtAge(conn.age_s), conn.lanes.map(laneText).join("  |  ") || "(idle)"]));
   fillRows("gauges", Object.entries(state.gauges).map(([name, value]) => [name, fmtNumber(value)]));
   renderMcp(state.mcp);
   renderHistory(state.history);
@@ -182,7 +189,8 @@ async function poll() {
 
 // -- playground: one WebSocket, one chain continued with previous_response_id ------------------------------------
 
-const playground = { ws: null, previousId: null, current: null, thinking: null };
+// calls: the streaming response's typed calls by output index; pending: the latest response's, until answered.
+const playground = { ws: null, previousId: null, current: null, thinking: null, calls: new Map(), pending: [] };
 
 // The model's reasoning as it streams (protocol.md §2.6: OpenAI's or Open Responses' event names), in its own line
 // above the answer.
@@ -203,6 +211,188 @@ function logLine(kind, text) {
   $("pg-log").appendChild(div);
   $("pg-log").scrollTop = $("pg-log").scrollHeight;
   return div;
+}
+
+function element(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+// -- typed client tools (protocol.md §1.11): the model's calls arrive as items, and the client runs them, not the
+// server. This page runs nothing: it shows each call and sends what the user types as the call's output.
+
+const OUTPUT_OF = {
+  shell_call: "shell_call_output",
+  local_shell_call: "local_shell_call_output",
+  apply_patch_call: "apply_patch_call_output",
+  computer_call: "computer_call_output",
+};
+// The screenshot a computer call gets when no image URL is typed: a blank 1×1 PNG.
+const BLANK_PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8/5+hHgAHggJ/PchI7wAAAABJRU5ErkJggg==";
+
+function declaredTools() {
+  return [...document.querySelectorAll("#pg-tools input:checked")].map((box) => ({ type: box.value }));
+}
+
+// An argv as one shell line, quoting the words that need it.
+function shellLine(argv) {
+  return argv.map((arg) => /^[\w@%+=:,./-]+$/.test(arg) ? arg : `'${arg.replace(/'/g, "'\\''")}'`).join(" ");
+}
+
+// A computer action in one line: its type, its position, then its other fields.
+function actionText(action) {
+  const { type, x, y, ...rest } = action || {};
+  const parts = [type || "(no action)"];
+  if (x !== undefined || y !== undefined) parts.push(`(${x}, ${y})`);
+  for (const [name, value] of Object.entries(rest)) {
+    parts.push(`${name}=${typeof value === "string" ? value : JSON.stringify(value)}`);
+  }
+  return parts.join(" ");
+}
+
+function callHead(item) {
+  const status = item.status && item.status !== "completed" ? ` [${item.status}]` : "";
+  switch (item.type) {
+    case "shell_call": {
+      const timeout = item.action.timeout_ms ? ` (timeout ${item.action.timeout_ms} ms)` : "";
+      return `→ shell${timeout}${status}`;
+    }
+    case "local_shell_call":
+      return `→ local_shell${item.action.working_directory ? ` in ${item.action.working_directory}` : ""}${status}`;
+    case "apply_patch_call":
+      return `→ apply_patch ${item.operation.type} ${item.operation.path}${status}`;
+    case "computer_call":
+      return `→ computer ${item.action ? actionText(item.action) : `${(item.actions || []).length} actions`}${status}`;
+  }
+}
+
+// One command line: a "$ " prompt, then the command (a shell call's streams in, from shell_call_command deltas).
+function commandRow(text) {
+  const row = element("div");
+  row.append(element("span", "prompt", "$ "), element("span", "command", text));
+  return row;
+}
+
+// A call's block in the log: its head line, then what it does (commands, the diff, the actions).
+function fillCall(block, item) {
+  block.replaceChildren(element("div", "head", callHead(item)));
+  block.dataset.callId = item.call_id;
+  const code = (className) => block.appendChild(element("div", `code ${className}`));
+  if (item.type === "shell_call") {
+    code("commands").append(...item.action.commands.map(commandRow));
+  } else if (item.type === "local_shell_call") {
+    const env = Object.entries(item.action.env || {}).map(([name, value]) => `${name}=${shellLine([value])} `).join("");
+    code("commands").append(commandRow(env + shellLine(item.action.command || [])));
+  } else if (item.type === "apply_patch_call" && item.operation.diff) {
+    const diff = code("diff");
+    for (const line of item.operation.diff.replace(/\n$/, "").split("\n")) {
+      const kind = line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : line.startsWith("@@") ? "hunk" : "";
+      diff.appendChild(element("div", kind, line || " "));
+    }
+  } else if (item.type === "computer_call") {
+    if (item.actions) code("actions").append(...item.actions.map((action) => element("div", "", actionText(action))));
+    for (const check of item.pending_safety_checks || []) {
+      block.appendChild(element("div", "error", `safety check ${check.code || check.id}: ${check.message || ""}`));
+    }
+  }
+}
+
+function commandSpan(event) {
+  const block = playground.calls.get(event.output_index);
+  if (!block) return null;
+  const commands = block.querySelector(".commands");
+  while (commands.children.length <= event.command_index) commands.appendChild(commandRow(""));
+  return commands.children[event.command_index].querySelector(".command");
+}
+
+// The fields that answer a call, under its block, and the output item they make; `summary` says what was sent.
+function answerFields(item, form) {
+  const field = (tag, placeholder) => {
+    const input = form.appendChild(element(tag));
+    input.placeholder = placeholder;
+    if (tag === "textarea") input.rows = 1;
+    return input;
+  };
+  switch (item.type) {
+    case "shell_call": {
+      const commands = item.action.commands.length ? item.action.commands : [""];
+      const rows = commands.map((command, i) => {
+        const stdout = field("textarea", commands.length > 1 ? `stdout of command ${i + 1}` : "stdout");
+        const exit = form.appendChild(element("label", "exit", "exit "));
+        const code = exit.appendChild(element("input"));
+        code.type = "number";
+        code.value = "0";
+        return [stdout, code];
+      });
+      return () => {
+        const output = rows.map(([stdout, code]) =>
+          ({ stdout: stdout.value, stderr: "", outcome: { type: "exit", exit_code: parseInt(code.value, 10) || 0 } }));
+        const summary = output.map((o) => `${o.stdout.replace(/\n$/, "")} (exit ${o.outcome.exit_code})`).join("\n");
+        return [{ type: "shell_call_output", call_id: item.call_id, output }, summary];
+      };
+    }
+    case "local_shell_call": {
+      const output = field("textarea", "output");
+      return () => [{ type: "local_shell_call_output", call_id: item.call_id, output: output.value }, output.value];
+    }
+    case "apply_patch_call": {
+      const status = form.appendChild(element("select"));
+      for (const value of ["completed", "failed"]) status.add(new Option(value, value));
+      const output = field("textarea", "output (optional)");
+      return () => {
+        const answer = { type: "apply_patch_call_output", call_id: item.call_id, status: status.value };
+        if (output.value) answer.output = output.value;
+        return [answer, output.value ? `${status.value}: ${output.value}` : status.value];
+      };
+    }
+    case "computer_call": {
+      const url = field("input", "screenshot image URL (empty: a blank 1×1 PNG)");
+      return () => {
+        const answer = { type: "computer_call_output", call_id: item.call_id,
+          output: { type: "computer_screenshot", image_url: url.value.trim() || BLANK_PNG } };
+        if ((item.pending_safety_checks || []).length) answer.acknowledged_safety_checks = item.pending_safety_checks;
+        return [answer, `screenshot ${url.value.trim() || "(a blank 1×1 PNG)"}`];
+      };
+    }
+  }
+}
+
+// Once the response is over, each of its calls gets a form; when every one is answered, the outputs go back together
+// as the next turn's input.
+function offerAnswers() {
+  for (const call of playground.pending) {
+    const form = element("form", "answer");
+    const make = answerFields(call.item, form);
+    form.appendChild(element("button", "", "send output")).type = "submit";
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const [answer, summary] = make();
+      call.answer = answer;
+      form.replaceWith(element("div", "answered", `↩ ${summary}`));
+      const left = playground.pending.filter((other) => !other.answer).length;
+      if (left) {
+        $("pg-status").textContent = `${left} more call${left > 1 ? "s" : ""} to answer`;
+      } else {
+        createResponse(settlePending()).catch((err) => { $("pg-status").textContent = String(err); });
+      }
+    });
+    call.block.appendChild(form);
+  }
+  if (playground.pending.length) $("pg-log").scrollTop = $("pg-log").scrollHeight;
+}
+
+// The answers given so far; the calls left unanswered say so (a message sent instead goes without them).
+function settlePending() {
+  const answers = [];
+  for (const call of playground.pending) {
+    if (call.answer) answers.push(call.answer);
+    const form = call.block.querySelector("form.answer");
+    if (form) form.replaceWith(element("div", "answered", "(not answered)"));
+  }
+  playground.pending = [];
+  return answers;
 }
 
 function openSocket() {
@@ -227,8 +417,10 @@ function onEvent(event) {
   switch (event.type) {
     case "response.created":
       $("pg-status").textContent = "generating…";
+      settlePending();
       playground.current = logLine("assistant", "");
       playground.thinking = null;
+      playground.calls = new Map();
       break;
     case "response.reasoning_text.delta":
     case "response.reasoning.delta":
@@ -237,11 +429,34 @@ function onEvent(event) {
     case "response.output_text.delta":
       playground.current.textContent += event.delta;
       break;
+    case "response.output_item.added":
+      if (OUTPUT_OF[event.item.type]) {
+        const block = logLine("tool call", "");
+        fillCall(block, event.item);
+        playground.calls.set(event.output_index, block);
+      }
+      break;
+    case "response.shell_call_command.added":
+    case "response.shell_call_command.done": {
+      const span = commandSpan(event);
+      if (span) span.textContent = event.command;
+      break;
+    }
+    case "response.shell_call_command.delta": {
+      const span = commandSpan(event);
+      if (span) span.textContent += event.delta;
+      break;
+    }
     case "response.output_item.done":
       if (event.item.type === "function_call") logLine("tool", `→ ${event.item.name}(${event.item.arguments})`);
       if (event.item.type === "mcp_call") logLine("tool", `⚙ ${event.item.server_label}.${event.item.name} → ${event.item.status}`);
       if (event.item.type === "mcp_approval_request") {
         logLine("tool", `⚙ ${event.item.server_label}.${event.item.name} awaits approval (${event.item.id})`);
+      }
+      if (OUTPUT_OF[event.item.type]) {
+        const block = playground.calls.get(event.output_index) || logLine("tool call", "");
+        fillCall(block, event.item);  // the finished item is the call as the client gets it
+        playground.pending.push({ item: event.item, block, answer: null });
       }
       if (event.item.type === "reasoning" && !playground.thinking) {  // reasoning_events = "none": no deltas
         think((event.item.content || []).map((part) => part.text).join(""));
@@ -253,28 +468,43 @@ function onEvent(event) {
       const r = event.response;
       playground.previousId = r.id;
       const usage = r.usage ? ` · ${r.usage.input_tokens} in / ${r.usage.output_tokens} out` : "";
-      $("pg-status").textContent = `${r.status} · ${r.id}${usage}`;
+      const calls = playground.pending.length;
+      const waiting = calls ? ` · ${calls} call${calls > 1 ? "s" : ""} for the client: answer below` : "";
+      $("pg-status").textContent = `${r.status} · ${r.id}${usage}${waiting}`;
+      offerAnswers();
       break;
     }
     case "response.failed":
       $("pg-status").textContent = `failed: ${event.response.error ? event.response.error.message : "unknown"}`;
       playground.previousId = null;
+      settlePending();
       break;
     case "error":
       logLine("error", event.error.message);
       $("pg-status").textContent = `error: ${event.error.code}`;
       playground.previousId = null;
+      settlePending();
       break;
   }
 }
 
-async function send(text) {
+// One turn on the playground's socket: `input` (text, or items such as the calls' outputs) continues the chain,
+// with the client tools ticked above.
+async function createResponse(input, line) {
   sessionStorage.setItem("hotloop-pg-key", $("pg-key").value);
   const ws = playground.ws && playground.ws.readyState === WebSocket.OPEN ? playground.ws : await openSocket();
-  logLine("user", `> ${text}`);
-  const create = { type: "response.create", model: $("pg-model").value, input: text };
+  if (line) logLine("user", line);
+  const create = { type: "response.create", model: $("pg-model").value, input };
   if (playground.previousId) create.previous_response_id = playground.previousId;
+  const tools = declaredTools();
+  if (tools.length) create.tools = tools;
   ws.send(JSON.stringify(create));
+}
+
+// A message; outputs already given for the latest calls go with it, and calls left unanswered are dropped.
+function send(text) {
+  const answers = settlePending();
+  return createResponse(answers.length ? [...answers, { role: "user", content: text }] : text, `> ${text}`);
 }
 
 $("pg-form").addEventListener("submit", (event) => {
@@ -286,6 +516,7 @@ $("pg-form").addEventListener("submit", (event) => {
 });
 $("pg-new").addEventListener("click", () => {
   playground.previousId = null;
+  playground.pending = [];
   $("pg-log").replaceChildren();
   $("pg-status").textContent = "new chat";
 });

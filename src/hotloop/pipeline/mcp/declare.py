@@ -49,6 +49,7 @@ class Declared(msgspec.Struct, frozen=True):
     skip: Filter | None  # tools that never need approval
     ask_rest: bool  # a tool neither filter matches needs approval (OpenAI's default: ask)
     description: str | None
+    deferred: bool = False  # `defer_loading`: its tools are listed, and loaded only by a tool_search (§1.11)
 
     def offered(self, tool: McpListedTool) -> bool:
         return self.allowed is None or self.allowed.matches(tool)
@@ -92,6 +93,7 @@ def declare(raw: dict[str, Any], index: int) -> tuple[dict[str, Any], Declared]:
         skip=skip,
         ask_rest=ask_rest,
         description=description,
+        deferred=raw.get("defer_loading") is True,
     )
     return {k: v for k, v in raw.items() if k not in SECRET_FIELDS}, declared
 

@@ -84,12 +84,13 @@ def _item_tool(tool: ListedTool) -> McpListedTool:
 def _offered(tools: ToolSet, lists: Sequence[McpListTools]) -> ToolSet:
     """The set with each server's allowed tools as specs (namespaced by label: `label.tool` to the model)."""
     specs: list[ToolSpec] = list(tools.specs)
+    deferred: list[ToolSpec] = list(tools.deferred)
     approvals: set[tuple[str, str]] = set()
     for declared, listed in zip(tools.mcp, lists, strict=True):
         for tool in listed.tools:
             if not declared.offered(tool):
                 continue
-            specs.append(
+            (deferred if declared.deferred else specs).append(
                 ToolSpec(
                     name=tool.name,
                     kind="mcp",
@@ -100,5 +101,7 @@ def _offered(tools: ToolSet, lists: Sequence[McpListTools]) -> ToolSet:
             )
             if declared.needs_approval(tool):
                 approvals.add((declared.label, tool.name))
-    check_unique(specs)
-    return msgspec.structs.replace(tools, specs=tuple(specs), listed=tuple(lists), approvals=frozenset(approvals))
+    check_unique([*specs, *deferred])
+    return msgspec.structs.replace(
+        tools, specs=tuple(specs), deferred=tuple(deferred), listed=tuple(lists), approvals=frozenset(approvals)
+    )

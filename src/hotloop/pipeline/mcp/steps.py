@@ -1,7 +1,8 @@
-"""The in-server steps of a turn with MCP tools (`Steps.run`, from pipeline/turn.py): approved calls first, then
-after each generation that called MCP tools, the calls (calls.py) and the next generation, whose prompt extends the
-rendered state with the items made since it was rendered (the calls and their outputs), as a continuation's does;
-until the model answers, calls a client's tool or asks for an approval, or the response ends otherwise.
+"""The in-server steps of a turn with MCP tools or a server-run tool search (`Steps.run`, from pipeline/turn.py):
+approved calls first, then after each generation that called MCP tools or searched the deferred tools, the calls
+(calls.py) and searches (searches.py), and the next generation, whose prompt extends the rendered state with the
+items made since it was rendered (the calls and their outputs), as a continuation's does; until the model answers,
+calls a client's tool or asks for an approval, or the response ends otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
 from hotloop.pipeline.generate import Generation, Outcome
 from hotloop.pipeline.mcp.calls import Calls
+from hotloop.pipeline.mcp.searches import Searches
 from hotloop.pipeline.prepared import Prepared
 from hotloop.pipeline.prompt import render_prompt
 from hotloop.pipeline.service import Service
@@ -56,6 +58,7 @@ class Steps:
     rendered_output: int  # how many of the output items `rendered` holds
     timings: StageTimings
     approved: list[McpCall]  # run first: this create answered their requests
+    searches: Searches  # the server-run tool searches (searches.py)
     overhead_s: float = 0.0  # hotloop's own time between the calls and the next generation: the prompt's extension
     calls_s: float = 0.0  # the calls, from their dispatch to their items' end (the MCP servers' time included)
     outcome: Outcome | None = None  # how the steps ended, once `run` is done
@@ -91,6 +94,7 @@ class Steps:
             prepared.rendered_output,
             prepared.timings,
             mcp.approved,
+            Searches(prepared.generation.deferred, service.tokenize_pool),
         )
 
     async def run(
@@ -104,12 +108,13 @@ class Steps:
         """Every event of the steps, `generation` first (after the approved calls); `outcome` once done."""
         usage: Usage | None = None
         pending: list[int] = []
+        searched = False
         for call in self.approved:
             for event in builder.mcp_call_added(call):
                 yield event
             pending.append(len(builder.response.output) - 1)
         while True:
-            if pending:
+            if pending or searched:
                 started = time.perf_counter()
                 async for event in self.calls.run(builder, pending, steered):
                     yield event
@@ -130,7 +135,12 @@ class Steps:
             usage = result.usage.plus(usage) if result.usage is not None else usage
             self._count_model_time(generation)
             pending = builder.mcp_pending()
-            if result.status != "completed" or not pending:
+            searched = False
+            if result.status == "completed":
+                for event in await self.searches.run(builder):
+                    searched = True
+                    yield event
+            if result.status != "completed" or not (pending or searched):
                 self.outcome = msgspec.structs.replace(result, usage=usage)
                 break
         self.timings.add("mcp_step", self.overhead_s)
@@ -170,7 +180,7 @@ class Steps:
         except HotloopError as exc:
             return Outcome.failed(exc.code, exc.message)
         self.rendered, self.rendered_output = prompt.state, len(output)
-        tools = generation.tools
+        tools = [*generation.tools, *self.searches.fresh()]
         if self.calls.exhausted:
             tools = [spec for spec in tools if spec.kind != "mcp"]
         self.overhead_s += time.perf_counter() - start
@@ -181,6 +191,7 @@ class Steps:
             calls_so_far=count_calls(new, generation.calls_so_far),
             max_output_tokens=None if limit is None else limit - used,
             tools=tools,
+            deferred=self.searches.deferred,
             # `required` and a forced tool ask for the first step's call: then the model may answer.
             tool_choice=("auto" if generation.tool_choice == "required" else generation.tool_choice)
             if tools
