@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from hotloop.tools.registry import BY_ITEM, TYPED_ITEM_TYPES
+from hotloop.tools.tool_search import added_message
 from hotloop.wire.items import (
     ContextItem,
     FunctionCall,
@@ -26,9 +27,10 @@ from hotloop.wire.items import (
     McpCall,
     McpListTools,
 )
+from hotloop.wire.tool_items import AdditionalTools
 
 MCP_TYPES = frozenset({McpListTools, McpCall, McpApprovalRequest, McpApprovalResponse})
-LOWERED_TYPES = MCP_TYPES | TYPED_ITEM_TYPES
+LOWERED_TYPES = MCP_TYPES | TYPED_ITEM_TYPES | {AdditionalTools}
 REFUSED = "The user refused this call."
 NOT_RUN = "The call did not complete."
 
@@ -57,6 +59,8 @@ def expand(item: ContextItem) -> Iterator[ContextItem]:
     typed = BY_ITEM.get(type(item))
     if typed is not None:
         yield typed.lower(item)  # type: ignore[arg-type]
+    elif isinstance(item, AdditionalTools):
+        yield added_message(item)
     elif isinstance(item, McpCall):
         if item.approval_request_id is None:
             yield FunctionCall(call_id=item.id, name=item.name, arguments=item.arguments, namespace=item.server_label)

@@ -46,6 +46,9 @@ _ID_PREFIX = {
     "apply_patch_call_output": "apco",
     "computer_call": "cu",
     "computer_call_output": "cuo",
+    "tool_search_call": "ts",
+    "tool_search_output": "tso",
+    "additional_tools": "adt",
 }
 
 _PREFIX_OF: dict[type[Any], str] = {KNOWN_ITEM_TYPES[kind]: prefix for kind, prefix in _ID_PREFIX.items()}

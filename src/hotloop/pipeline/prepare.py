@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from hotloop.backends.base import GenerationRequest
 from hotloop.chat.render import Prompt
 from hotloop.chat.specs import ToolSpec
+from hotloop.errors import InvalidParam
 from hotloop.ids import new_id
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
@@ -31,10 +33,11 @@ from hotloop.pipeline.tools import ToolChoice, ToolSet, resolve_tool_choice, res
 from hotloop.pipeline.turn import Turn
 from hotloop.pipeline.validate import check_new_items, check_request
 from hotloop.safety.stage import SafetyResult
-from hotloop.tools.tool_search import SERVER_KIND, check_loadable, loaded
+from hotloop.tools.tool_search import SERVER_KIND, check_loadable, loaded, loads
 from hotloop.wire.items import ContextItem
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import Response
+from hotloop.wire.tool_items import AdditionalTools
 
 SAFETY_METADATA_KEY = "hotloop_safety"
 
@@ -67,6 +70,7 @@ async def start_turn(
         prior.check(fresh)
         call_ids = check_new_items(fresh, prior.call_ids, service.secret, offset=prior.skip)
         check_loadable(fresh, tools.deferred, tools.specs)
+        added(fresh, "input")
         approved = approved_calls(prior.context, fresh)
     mcp: McpTurn | None = None
     if _searches(tools) and not (tools.mcp or approved):  # the server runs the searches between generations
@@ -159,10 +163,23 @@ def _searches(tools: ToolSet) -> bool:
 
 
 def _loaded(tools: ToolSet, inputs: Inputs) -> list[ToolSpec]:
-    """The deferred tools that searches in the context loaded (scanned only when the request defers tools)."""
-    if not tools.deferred:
+    """The tools that searches (of the deferred tools) and `additional_tools` items in the context loaded."""
+    items = [*inputs.prior.context, *inputs.fresh]
+    if not loads(items):
         return []
-    return loaded([*inputs.prior.context, *inputs.fresh], tools.deferred)
+    return [*loaded(items, tools.deferred), *added(items)]
+
+
+def added(items: Iterable[ContextItem], param: str | None = None) -> list[ToolSpec]:
+    """The tools `additional_tools` items make available; `param`: check them (400 naming it)."""
+    specs: list[ToolSpec] = []
+    for item in items:
+        if isinstance(item, AdditionalTools):
+            try:
+                specs.extend(resolve_tools(item.tools, drop=()).specs)
+            except InvalidParam as exc:
+                raise InvalidParam(f"additional_tools: {exc.message}", param=param or "input") from None
+    return specs
 
 
 def _generation(

@@ -65,7 +65,9 @@ class ClientTool:
     def lower(self, item: TypedCallItem | TypedOutputItem) -> FunctionCall | FunctionCallOutput:
         """The item as the function call or output every chat format renders (chat/hosted.py)."""
         if isinstance(item, self.call):
-            arguments = json.dumps(self.call_arguments(item), separators=(",", ":"))
+            # As json.dumps writes them by default, as most models (and hotloop-sim) do: the replayed call then
+            # tokenizes as the model wrote it, and an engine's prefix cache keeps it.
+            arguments = json.dumps(self.call_arguments(item))
             return FunctionCall(call_id=self.call_key(item), name=self.name, arguments=arguments, id=item.id)
         answer = cast(TypedOutputItem, item)
         return FunctionCallOutput(call_id=self.answers(answer), output=self.output_content(answer), id=answer.id)

@@ -22,8 +22,15 @@ from hotloop.errors import InvalidParam
 from hotloop.ids import new_id
 from hotloop.tools.client import ClientTool, parse_arguments
 from hotloop.tools.spec import ToolSpec
-from hotloop.wire.items import InputPart
-from hotloop.wire.tool_items import ItemStatus, ToolSearchCall, ToolSearchOutput, TypedCallItem, TypedOutputItem
+from hotloop.wire.items import InputPart, InputText, Message
+from hotloop.wire.tool_items import (
+    AdditionalTools,
+    ItemStatus,
+    ToolSearchCall,
+    ToolSearchOutput,
+    TypedCallItem,
+    TypedOutputItem,
+)
 
 SERVER_KIND = "tool_search"
 CLIENT_KIND = "tool_search_client"
@@ -137,6 +144,23 @@ def echo(spec: ToolSpec) -> dict[str, Any]:
     if spec.namespace:
         out["namespace"] = spec.namespace
     return out
+
+
+LOADING_TYPES = frozenset({ToolSearchOutput, AdditionalTools})
+
+
+def loads(items: Sequence[Any]) -> bool:
+    """Whether any of `items` loads tools (exact types, looked up in C: this may run over a whole context)."""
+    return not LOADING_TYPES.isdisjoint(map(type, items))
+
+
+def added_message(item: AdditionalTools) -> Message:
+    """An `additional_tools` item as the model reads it, where it stands: a developer message with the tools'
+    definitions, as the system prompt lists tools."""
+    text = "These tools are available from now on; call them like the others:\n" + "\n".join(
+        json.dumps(definition(tool)) for tool in item.tools if isinstance(tool, dict)
+    )
+    return Message(role="developer", content=[InputText(text=text)], id=item.id)
 
 
 def loaded(items: Iterable[Any], deferred: Sequence[ToolSpec]) -> list[ToolSpec]:

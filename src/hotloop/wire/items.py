@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from hotloop.wire.tool_items import TYPED_ITEMS, ToolSearchOutput, TypedCallItem, TypedOutputItem
+from hotloop.wire.tool_items import TYPED_ITEMS, AdditionalTools, ToolSearchOutput, TypedCallItem, TypedOutputItem
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
@@ -201,6 +201,7 @@ Item = (
     | McpApprovalResponse
     | TypedCallItem
     | TypedOutputItem
+    | AdditionalTools
 )
 KNOWN_ITEM_TYPES: dict[str, type[Any]] = {
     str(cls.__struct_config__.tag): cls
@@ -231,6 +232,7 @@ ContextItem = (
     | McpItem
     | TypedCallItem
     | TypedOutputItem
+    | AdditionalTools
 )
 # A compaction is an output item when a create compacted its context (`context_management`, issue 14); an MCP
 # approval response is only ever input.

@@ -83,6 +83,12 @@ class LocalShellCallOutput(_Item, tag="local_shell_call_output"):
     id: str | None = None
     status: ItemStatus | None = None
 
+    def __post_init__(self) -> None:
+        # Sent with `call_id` only, it is listed (input_items) with that call id as `id` too: openai-python's item
+        # requires the key, and names the call's id by it.
+        if self.id is None:
+            self.id = self.call_id
+
     @property
     def answers(self) -> str:
         return self.call_id or self.id or ""
@@ -170,6 +176,15 @@ class ToolSearchOutput(_Item, tag="tool_search_output"):
         return self.call_id or ""
 
 
+class AdditionalTools(_Item, tag="additional_tools"):
+    """Tools a developer makes available from this point of the conversation on (Codex; openai-python's beta
+    `AdditionalTools`): rendered where the item stands, so the prompt before it is kept."""
+
+    tools: list[dict[str, Any]]
+    role: Literal["developer"] = "developer"
+    id: str | None = None
+
+
 TypedCallItem = ShellCall | LocalShellCall | ApplyPatchCall | ComputerCall | ToolSearchCall
 TypedOutputItem = ShellCallOutput | LocalShellCallOutput | ApplyPatchCallOutput | ComputerCallOutput | ToolSearchOutput
 TYPED_ITEMS: tuple[Any, ...] = (
@@ -183,4 +198,5 @@ TYPED_ITEMS: tuple[Any, ...] = (
     ComputerCallOutput,
     ToolSearchCall,
     ToolSearchOutput,
+    AdditionalTools,
 )
