@@ -165,7 +165,36 @@ compaction_items = st.fixed_dictionaries(
 reference_items = st.fixed_dictionaries(
     {"id": st.one_of(short_text, st.just("msg_" + "a" * 24))}, optional={"type": st.just("item_reference")}
 )
+# The typed client tools' items and the tool-loading items (protocol.md §1.11), well formed or mutated.
+typed_items = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "type": st.just("shell_call_output"),
+            "call_id": short_text,
+            "output": st.just([{"stdout": "x", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]),
+        }
+    ),
+    st.fixed_dictionaries(
+        {"type": st.just("shell_call"), "call_id": short_text, "action": st.just({"commands": ["ls"]})}
+    ),
+    st.fixed_dictionaries(
+        {"type": st.just("apply_patch_call_output"), "call_id": short_text, "status": st.just("completed")}
+    ),
+    st.fixed_dictionaries(
+        {
+            "type": st.just("computer_call_output"),
+            "call_id": short_text,
+            "output": st.just({"type": "computer_screenshot", "image_url": "data:image/png;base64,AAAA"}),
+        }
+    ),
+    st.fixed_dictionaries({"type": st.just("local_shell_call_output"), "id": short_text, "output": short_text}),
+    st.fixed_dictionaries(
+        {"type": st.just("tool_search_output"), "call_id": short_text, "tools": st.just([{"name": "f"}])}
+    ),
+    st.fixed_dictionaries({"type": st.just("additional_tools"), "role": st.just("developer"), "tools": garbage}),
+)
 unknown_items = st.one_of(
+    typed_items,
     st.fixed_dictionaries({"type": st.sampled_from(["web_search_call", "local_shell_call", "zzz"]), "id": short_text}),
     st.dictionaries(short_text, garbage, max_size=3),
     garbage,
@@ -208,7 +237,15 @@ tools: st.SearchStrategy[Any] = st.one_of(
             "format": st.one_of(st.just({"type": "grammar", "syntax": "lark", "definition": "start: /x/"}), garbage)
         },
     ),
-    st.fixed_dictionaries({"type": st.sampled_from(["web_search", "mcp", "local_shell", "apply_patch", "??"])}),
+    st.fixed_dictionaries(
+        {
+            "type": st.sampled_from(
+                ["web_search", "mcp", "local_shell", "apply_patch", "shell", "computer", "file_search", "??"]
+            )
+        },
+        optional={"environment": garbage, "defer_loading": st.booleans()},
+    ),
+    st.fixed_dictionaries({"type": st.just("tool_search")}, optional={"execution": garbage, "parameters": garbage}),
     garbage,
 ).flatmap(lambda tool: mutate(tool, max_changes=1) if isinstance(tool, dict) else st.just(tool))
 

@@ -35,19 +35,41 @@ EXTENSION_EVENTS = frozenset(
         "response.mcp_call.in_progress",
         "response.mcp_call.completed",
         "response.mcp_call.failed",
+        # A shell call's commands (protocol.md §1.11): OpenAI's events, which OR does not define.
+        "response.shell_call_command.added",
+        "response.shell_call_command.delta",
+        "response.shell_call_command.done",
     }
 )
 # Output item types OR has no schema for (its `ItemField` is message, function call and output, reasoning,
-# compaction): MCP items (protocol.md §1.10), checked against openai-python's types by the tests that make them.
+# compaction): MCP items (protocol.md §1.10) and the typed tools' (§1.11), checked against openai-python's types
+# by the tests that make them.
 # The schema checks everything around them: an `output_item` event as one with a null item (which OR allows), a
 # response without them in its output.
-EXTENSION_ITEMS = frozenset({"mcp_list_tools", "mcp_call", "mcp_approval_request"})
+EXTENSION_ITEMS = frozenset(
+    {
+        "mcp_list_tools",
+        "mcp_call",
+        "mcp_approval_request",
+        # The typed client tools' calls and the tool search's items (protocol.md §1.11).
+        "shell_call",
+        "local_shell_call",
+        "apply_patch_call",
+        "computer_call",
+        "tool_search_call",
+        "tool_search_output",
+    }
+)
 # Tools OR has no schema for (its `tools` are function tools only), echoed as sent (protocol.md §1.4): left out of
 # what the schema checks, like the items.
-EXTENSION_TOOLS = frozenset({"mcp"})
+EXTENSION_TOOLS = frozenset(
+    {"mcp", "shell", "local_shell", "apply_patch", "computer", "computer_use_preview", "tool_search"}
+)
 # `tool_choice` objects OR has no schema for: OpenAI's `{type: "mcp", server_label, name?}` (docs/mcp.md), echoed as
 # sent; the schema checks the response as if it were "required", what it asks of the model.
-EXTENSION_TOOL_CHOICES = frozenset({"mcp"})
+EXTENSION_TOOL_CHOICES = frozenset(
+    {"mcp", "shell", "local_shell", "apply_patch", "computer", "computer_use_preview", "tool_search"}
+)
 
 
 @cache

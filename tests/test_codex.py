@@ -1,13 +1,14 @@
 """End to end: the real Codex CLI (`codex exec`, pinned in tests/codex/package.json) runs hotloop-sim's commands.
 
-The test installs Codex into tests/codex/node_modules with npm when it is missing (the npm registry must be
-reachable the first time). Each run starts its own server with `sim_tool_calls=2` and gives Codex the README's
-`config.toml` (its default tool set: function, `namespace` and `web_search` tools), once with
-`supports_websockets = true` and once false. hotloop-sim prefers Codex's shell tool (`exec_command`, a `cmd`
-property) and fills it with a real command, so Codex executes two commands before the sim answers with text. The
-test checks that they ran (Codex's `command_execution` events, the marker files in its working directory, their
-output in the `function_call_output` items Codex sends back), that every request came over the configured transport,
-and that Codex fetched and accepted hotloop's model catalog (`model_catalog_url`, no fallback-metadata warning).
+The test installs Codex into tests/codex/node_modules with npm when it is missing (the npm registry must be reachable
+the first time). Each run starts its own server with `sim_tool_calls=2` and gives Codex the README's `config.toml` (its
+default tool set: function, `namespace` and `web_search` tools; hotloop leaves web_search out and counts it, setting
+`drop_tool_types`), once with `supports_websockets = true` and once false. hotloop-sim prefers Codex's shell tool
+(`exec_command`, a `cmd` property) and fills it with a real command, so Codex executes two commands before the sim
+answers with text. The test checks that they ran (Codex's `command_execution` events, the marker files in its working
+directory, their output in the `function_call_output` items Codex sends back), that every request came over the
+configured transport, and that Codex fetched and accepted hotloop's model catalog (`model_catalog_url`, no
+fallback-metadata warning).
 docs/protocol-notes.md, "Codex CLI", records what Codex sends.
 """
 
@@ -190,9 +191,15 @@ def test_codex_exec_runs_the_sims_shell_commands(
         ]
         assert replayed and all(item["content"][0]["text"].startswith("Let me think:") for item in replayed), replayed
     assert all(request.model == "hotloop-sim" and request.store is False for _, request in seen.requests)
-    # Its default tools, not only functions, were accepted.
+    # Its default tools, not only functions, were accepted: `web_search` too, which Codex always sends and hotloop
+    # cannot run. It is left out by `drop_tool_types` (default: web_search) and the turn answered normally (above),
+    # but not silently: every request that carried it counts on the dropped-tools metric.
     offered = {tool.get("type") for _, request in seen.requests for tool in request.tools or []}
     assert {"function", "namespace", "web_search"} <= offered, offered
+    searching = sum(
+        any(tool.get("type") == "web_search" for tool in request.tools or []) for _, request in seen.requests
+    )
+    assert searching >= COMMANDS + 1 and scrape.value("hotloop_tools_dropped_total", type="web_search") == searching
 
     # The model catalog (GET /v1/models?client_version=…), then the turn on one transport.
     catalog = [scope for scope in seen.scopes if scope[2] == "/v1/models"]

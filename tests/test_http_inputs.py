@@ -12,7 +12,7 @@ from jsonschema import Draft202012Validator
 from PIL import Image
 
 from conftest import RunningServer
-from http_support import TIME_TOOL, calls, check_sequence, output_text, sdk_json, stream_create
+from http_support import TIME_TOOL, calls, check_sequence, error_of, output_text, sdk_json, stream_create
 from schema import check_response
 
 SIM = "hotloop-sim"
@@ -238,9 +238,11 @@ def test_item_reference(server: RunningServer) -> None:
     assert response["status"] == "completed"
 
 
-def test_hosted_tools_accepted_not_echoed(server: RunningServer) -> None:
+def test_web_search_dropped_and_hosted_tools_refused(server: RunningServer) -> None:
+    """protocol.md §1.4: `web_search` is left out (setting `drop_tool_types`), a tool OpenAI runs on its own servers
+    is refused by name; the Chat Completions shape of a function tool is echoed in the flat shape."""
     chat_shape = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
-    tools = [{"type": "web_search"}, {"type": "file_search", "vector_store_ids": ["vs_1"]}, chat_shape, TIME_TOOL]
+    tools = [{"type": "web_search"}, chat_shape, TIME_TOOL]
     response = create(server, input="x", tools=tools, tool_choice="required")
     assert response["tools"] == [
         {"type": "function", "name": "lookup", "description": None, "parameters": {"type": "object"}, "strict": None},
@@ -248,8 +250,12 @@ def test_hosted_tools_accepted_not_echoed(server: RunningServer) -> None:
     ]
     [call] = calls(response)
     assert call["name"] in ("lookup", "get_time")
-    only_hosted = create(server, input="x", tools=[{"type": "web_search"}, {"type": "local_shell"}])
-    assert only_hosted["tools"] == [] and calls(only_hosted) == []
+    only_dropped = create(server, input="x", tools=[{"type": "web_search"}])
+    assert only_dropped["tools"] == [] and calls(only_dropped) == [] and output_text(only_dropped)
+    with server.http() as http:
+        for hosted in ({"type": "file_search", "vector_store_ids": ["vs_1"]}, {"type": "code_interpreter"}):
+            reply = http.post("/responses", json={"model": SIM, "input": "x", "tools": [chat_shape, hosted]})
+            error_of(reply, 400, "unsupported_tool", "tools[1].type")
 
 
 def test_generate_false_warmup(server: RunningServer) -> None:

@@ -2,8 +2,10 @@
 
 Same seed + same prompt tokens → same output. Pacing: `ttft_ms` before the first token, then `tps` tokens per
 second. Tool policy: with tools offered and fewer than K calls in the conversation, call a declared tool with
-arguments built from its JSON schema (a shell-like tool, one with a `cmd`/`command`/`commands` property, is
-preferred and gets a real command: `shell_command`); otherwise answer with text. Per-request overrides through
+arguments built from its JSON schema (a tool that acts, a typed client tool or a shell-like function with a
+`cmd`/`command`/`commands` property, is preferred: a typed tool gets its kind's well-formed action (hotloop/tools/),
+a shell-like function a real command: `shell_command`); otherwise answer with text. With a `tool_search` tool and
+deferred tools, the conversation's first call searches for them. Per-request overrides through
 `metadata`: `sim_ttft_ms`, `sim_tps`, `sim_output_tokens`, `sim_tool_calls`, `sim_reasoning_tokens` (thinking before
 each answer or call: a reasoning item, counted in `reasoning_tokens`); and `hotloop_sim_fault`, a test facility
 that makes the model fail: `stall_after:N` (hang after N output tokens), `die_after:N` (raise after N), `crash`
