@@ -164,4 +164,4 @@ def test_tool_choice_mcp_limits_the_call_to_that_server() -> None:
     whole = resolve_tool_choice({"type": "mcp", "server_label": "wiki"}, tools)
     assert whole.mode == "required" and [s.namespace for s in whole.tools.specs] == ["wiki", "wiki"]
     one = resolve_tool_choice({"type": "mcp", "server_label": "wiki", "name": "read"}, tools)
-    assert one.forced == "read" and one.tools.specs == (specs[1],)  # not docs' tool of the same name
+    assert one.forced == "wiki.read" and one.tools.specs == (specs[1],)  # not docs' tool of the same name

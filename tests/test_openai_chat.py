@@ -214,7 +214,7 @@ def test_items_map_to_chat_messages() -> None:
     offered = chat_messages.tools(specs)
     assert offered[0]["function"]["name"] == "shell__run"
     assert offered[1]["function"]["parameters"] == chat_messages.CUSTOM_INPUT
-    forced = GenerationRequest(prompt_tokens=[], tools=specs, tool_choice="required", forced_tool="run")
+    forced = GenerationRequest(prompt_tokens=[], tools=specs, tool_choice="required", forced_tool="shell.run")
     assert chat_messages.tool_choice(forced) == {"type": "function", "function": {"name": "shell__run"}}
 
 

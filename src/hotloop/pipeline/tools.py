@@ -211,8 +211,9 @@ def resolve_tool_choice(choice: str | dict[str, Any] | None, tools: ToolSet) -> 
             offered = [spec for spec in offered if spec.name == name]
         if not offered:
             raise InvalidParam(f"No offered MCP tool matches tool_choice ('{label}').", param="tool_choice")
-        # The model may call that server's tools only: a bare `name` then names one tool.
-        return ToolChoice(choice, ToolSet(echo=tools.echo, specs=tuple(offered)), "required", name)
+        # The model may call that server's tools only: a `name` then names one tool.
+        forced = offered[0].prompt_name if name is not None else None
+        return ToolChoice(choice, ToolSet(echo=tools.echo, specs=tuple(offered)), "required", forced)
     if kind == "allowed_tools":
         mode = choice.get("mode", "auto")
         allowed = choice.get("tools")

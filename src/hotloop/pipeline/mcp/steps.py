@@ -77,7 +77,12 @@ class Steps:
             service.metrics,
             service.mcp_calls,
             service.safety,
-            frozenset((spec.namespace or "", spec.name) for spec in prepared.tools.specs if spec.kind == "mcp"),
+            # The servers' tools `allowed_tools` lets through, deferred ones too: a search may load them (§1.11).
+            frozenset(
+                (spec.namespace or "", spec.name)
+                for spec in (*prepared.tools.specs, *prepared.tools.deferred)
+                if spec.kind == "mcp"
+            ),
             service.tokenize_pool,
         )
         # A chat API's engine reads items: the prompt's own (compacted, expanded); a token model's harmony reads
@@ -152,7 +157,9 @@ class Steps:
         """A later step's generation runs on a clock of its own: its model time joins the turn's."""
         if generation.timings is not self.timings:
             for stage in ("generate", "engine"):
-                self.timings.add(stage, generation.timings.seconds.get(stage, 0.0))
+                seconds = generation.timings.seconds.get(stage)
+                if seconds is not None:  # an engine that reports no time of its own has no `engine` stage
+                    self.timings.add(stage, seconds)
 
     @staticmethod
     def asked(builder: ResponseBuilder) -> bool:
