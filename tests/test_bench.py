@@ -84,6 +84,76 @@ def test_a_long_session_past_the_window(tmp_path: Path, capsys: pytest.CaptureFi
     assert "compacting ms" in capsys.readouterr().out
 
 
+def test_agent_loop_with_typed_tools_beside_function_tools(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--tools function,typed`: each mode also runs with the typed shell and apply_patch tools; the client sees
+    shell_call and apply_patch_call items, answers each with its own output item, and every turn completes."""
+    out = tmp_path / "typed.json"
+    argv = ["bench", "agent-loop", "--turns", "8", "--context-tokens", "3000", "--tps", "5000", "--ttft-ms", "1"]
+    argv += ["--tool-ms", "1", "--runs", "1", "--modes", "http-full,ws", "--tools", "function,typed", "--quiet"]
+    assert main([*argv, "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert list(result["modes"]) == ["http-full", "http-full+typed", "ws", "ws+typed"]
+    assert result["config"]["tools"] == ["function", "typed"]
+    for mode in ("http-full", "ws"):
+        assert result["modes"][mode]["calls"] == {"function_call:shell": 7}
+        typed = result["modes"][f"{mode}+typed"]
+        assert typed["median"]["turns_completed"] == 8
+        turns = typed["runs"][0]["turns"]
+        assert all(t["call"] in ("shell_call", "apply_patch_call") for t in turns[:-1]) and turns[-1]["call"] == ""
+        assert set(typed["calls"]) == {"shell_call", "apply_patch_call"}, typed["calls"]
+        # a typed call streams no deltas: its first output is the call's item, there all the same
+        assert all(
+            t["ttft_ms"] is not None and t["overhead_ms"] == pytest.approx(t["turn_ms"] - t["model_ms"]) for t in turns
+        )
+        sizes = [t["context_tokens"] for t in turns]
+        assert sizes == sorted(sizes) and sizes[-1] > 2000, sizes
+    # resent or chained, the typed items render into the same prompts
+    contexts = {m: [t["context_tokens"] for t in result["modes"][m]["runs"][0]["turns"]] for m in result["modes"]}
+    assert contexts["http-full+typed"] == contexts["ws+typed"]
+    assert {"overhead ws+typed/ws", "e2e http-full+typed/http-full", "e2e ws+typed/http-full+typed"} <= set(
+        result["ratios"]
+    )
+    assert "ws+typed: " in capsys.readouterr().out
+
+
+def test_typed_answers_have_the_output_items_shapes() -> None:
+    from hotloop.bench.scenario import answer
+
+    shell = answer({"type": "shell_call", "call_id": "c1"}, "ok")
+    assert shell == {
+        "type": "shell_call_output",
+        "call_id": "c1",
+        "output": [{"stdout": "ok", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}],
+    }
+    patch = answer({"type": "apply_patch_call", "call_id": "c2"}, "done")
+    assert patch == {"type": "apply_patch_call_output", "call_id": "c2", "status": "completed", "output": "done"}
+    assert answer({"type": "function_call", "call_id": "c3"}, "x")["type"] == "function_call_output"
+
+
+def test_agent_loop_with_deferred_tools(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--deferred 20`: the first turn's response searches the deferred tools (server-run) and then calls; the
+    loop completes, and the report has the first turn's prompt with the tools deferred and inline."""
+    out = tmp_path / "deferred.json"
+    argv = ["bench", "agent-loop", "--turns", "3", "--context-tokens", "3000", "--tps", "5000", "--ttft-ms", "1"]
+    argv += ["--tool-ms", "1", "--runs", "1", "--modes", "http-full,http-chain,ws", "--deferred", "20", "--quiet"]
+    assert main([*argv, "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    saved = result["deferred"]
+    assert saved["tools"] == 20 and 0 < saved["input_tokens_deferred"] < saved["input_tokens_inline"]
+    assert saved["saved_tokens"] == saved["input_tokens_inline"] - saved["input_tokens_deferred"] > 1000
+    assert 0 < saved["saved_ratio"] < 1
+    for mode in ("http-full", "http-chain", "ws"):
+        data = result["modes"][mode]
+        assert data["median"]["turns_completed"] == 3 and data["median"]["searches"] == 1
+        turns = data["runs"][0]["turns"]
+        assert [t["searches"] for t in turns] == [1, 0, 0] and turns[0]["loaded_tools"] >= 1
+        assert all(t["call"].startswith("function_call:") for t in turns[:-1])
+        # two generations in the first turn, each with its ttft: a floor all the same
+        assert turns[0]["model_ms"] >= 2 * 1 and data["runs"][0]["e2e_ms"] >= data["runs"][0]["physical_ms"]
+    table = capsys.readouterr().out
+    assert f"{saved['input_tokens_deferred']} tokens deferred vs {saved['input_tokens_inline']} inline" in table
+
+
 @pytest.mark.parametrize("json_response", [False, True], ids=["event-streams", "json-bodies"])
 def test_agent_loop_in_the_server_over_mcp(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], json_response: bool
@@ -129,6 +199,8 @@ def test_mcp_needs_a_ws_rollout(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--modes must include ws" in capsys.readouterr().err
     assert main(["bench", "agent-loop", "--modes", "ws", "--mcp-json-response", "--quiet"]) == 1
     assert "an option of --mcp" in capsys.readouterr().err
+    assert main(["bench", "agent-loop", "--modes", "ws", "--mcp", "--tools", "typed", "--quiet"]) == 1
+    assert "not with --tools or --deferred" in capsys.readouterr().err
 
 
 def test_overhead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -180,7 +252,7 @@ def test_help_documents_every_option(scenario: str, capsys: pytest.CaptureFixtur
     assert exited.value.code == 0
     text = capsys.readouterr().out
     options = ["--modes", "--json", "--plot", "--base-url", "--api-key", "--quiet", "--context-tokens"]
-    loop = ["--turns", "--tps", "--ttft-ms", "--tool-ms", "--runs", "--mcp"]
+    loop = ["--turns", "--tps", "--ttft-ms", "--tool-ms", "--runs", "--mcp", "--tools", "--deferred"]
     options += loop if scenario == "agent-loop" else ["--samples"]
     for option in options:
         assert option in text, option
@@ -191,3 +263,7 @@ def test_bad_mode_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
         main(["bench", "agent-loop", "--modes", "http-full,grpc"])
     assert exited.value.code == 2
     assert "modes must be among" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", "agent-loop", "--tools", "function,hosted"])
+    assert exited.value.code == 2
+    assert "tool sets must be among" in capsys.readouterr().err

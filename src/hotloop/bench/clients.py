@@ -25,6 +25,10 @@ FIRST_OUTPUT = frozenset(
     }
 )
 
+# A typed client tool's call streams no deltas (wire/builder.py): it comes whole, its `output_item.added` first.
+ITEM_ADDED = "response.output_item.added"
+TYPED_CALLS = frozenset({"shell_call", "apply_patch_call", "local_shell_call", "computer_call"})
+
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 
@@ -39,7 +43,8 @@ class TurnResult:
 
     response_id: str
     status: str
-    ttft_s: float | None  # to the first output delta (text, call arguments, MCP call arguments or custom input)
+    # to the first output delta (text, call arguments, MCP call arguments or custom input), or a typed call's item
+    ttft_s: float | None
     turn_s: float  # to the terminal event
     input_tokens: int
     output_tokens: int
@@ -59,7 +64,7 @@ class _Tracker:
 
     def feed(self, kind: str, data: bytes | str) -> bool:
         """Take one event (its type and JSON); True once the terminal event has arrived."""
-        if self.ttft is None and kind in FIRST_OUTPUT:
+        if self.ttft is None and (kind in FIRST_OUTPUT or (kind == ITEM_ADDED and _typed_call(data))):
             self.ttft = time.perf_counter() - self.start
             return False
         if kind == TIMING_EVENT:
@@ -86,6 +91,12 @@ class _Tracker:
             cached_tokens=int((usage.get("input_tokens_details") or {}).get("cached_tokens", 0)),
         )
         return True
+
+
+def _typed_call(data: bytes | str) -> bool:
+    """An `output_item.added` that opens a typed call (decoded only until the turn's first output: a few items)."""
+    item = _decode(data).get("item")
+    return isinstance(item, dict) and item.get("type") in TYPED_CALLS
 
 
 class ModeClient(Protocol):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from hotloop.bench.clients import MODES, BenchError
-from hotloop.bench.scenario import HISTORY_SHAPES
+from hotloop.bench.scenario import HISTORY_SHAPES, TOOL_SETS
 from hotloop.config import Upstream, available_cores
 
 if TYPE_CHECKING:
@@ -31,6 +31,13 @@ def _modes(raw: str) -> tuple[str, ...]:
     if unknown or not modes:
         raise argparse.ArgumentTypeError(f"modes must be among {', '.join(MODES)}")
     return modes
+
+
+def _tool_sets(raw: str) -> tuple[str, ...]:
+    sets = tuple(dict.fromkeys(part.strip() for part in raw.split(",") if part.strip()))
+    if not sets or any(name not in TOOL_SETS for name in sets):
+        raise argparse.ArgumentTypeError(f"tool sets must be among {', '.join(TOOL_SETS)}")
+    return sets
 
 
 def _sizes(raw: str) -> tuple[int, ...]:
@@ -106,10 +113,11 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="scripted Codex-like rollouts, end to end, against the physical limit",
         description="Replay a scripted Codex-like rollout in each mode: every turn but the last, hotloop-sim "
         "calls a declared tool; the client runs it (sleeps --tool-ms) and answers with a function_call_output "
-        "of realistic text (listings, code, logs) sized so that the context grows linearly to about "
-        "--context-tokens by the last turn. Reports per mode: end-to-end time, TTFT per turn as seen by the "
-        "client, overhead per turn (turn time minus model time) and the physical limit (model time + tool time), "
-        "with medians over --runs and ratios between modes.",
+        "(with --tools typed: a shell_call_output or an apply_patch_call_output) of realistic text (listings, "
+        "code, logs) sized so that the context grows linearly to about --context-tokens by the last turn. "
+        "Reports per mode: end-to-end time, TTFT per turn as seen by the client, overhead per turn (turn time "
+        "minus model time) and the physical limit (model time + tool time), with medians over --runs and ratios "
+        "between modes.",
         formatter_class=Formatter,
     )
     loop.add_argument(
@@ -140,6 +148,24 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="a reasoning model: tokens of thinking before each call and the answer (model time, in output_tokens)",
     )
     loop.add_argument("--runs", type=_positive(int), default=3, help="rollouts per mode (medians are reported)")
+    loop.add_argument(
+        "--tools",
+        type=_tool_sets,
+        default="function",
+        metavar="SETS",
+        help="comma-separated tool sets, each mode run with each side by side: function (shell, apply_patch and "
+        "update_plan as function tools), typed (the typed shell and apply_patch tools, answered with "
+        "shell_call_output / apply_patch_call_output; update_plan stays a function; modes labelled MODE+typed)",
+    )
+    loop.add_argument(
+        "--deferred",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="also declare N connector function tools marked defer_loading and a server-run tool_search: the "
+        "first model call searches and loads some inside the first turn's response. Reports the first turn's "
+        "prompt tokens with the N tools deferred and inline (one request each)",
+    )
     loop.add_argument(
         "--mcp",
         action="store_true",
@@ -337,10 +363,14 @@ def run_bench(args: argparse.Namespace) -> int:
                 runs=args.runs,
                 mcp=args.mcp,
                 mcp_json_response=args.mcp_json_response,
+                tools=args.tools,
+                deferred=args.deferred,
                 **_upstream_config(args),
             )
             if args.mcp_json_response and not args.mcp:
                 raise BenchError("--mcp-json-response is an option of --mcp")
+            if args.mcp and (args.tools != ("function",) or args.deferred):
+                raise BenchError("--mcp compares with the ws loop of function tools: not with --tools or --deferred")
             if args.mcp:
                 result = _with_mcp_server(args, config, progress)
             else:

@@ -74,6 +74,13 @@ def agent_loop_table(result: dict[str, Any]) -> str:
         f"{config['tps']:g} tok/s, {pacing}, tool {config['tool_ms']:g} ms, "
         f"medians over {config['runs']} run(s)" + (f", hotloop in front of {upstream}" if upstream else "")
     )
+    tools = config.get("tools") or ["function"]
+    if tools != ["function"] or config.get("deferred"):
+        head += f"\ntools: {' and '.join(tools)}" + (
+            f", {config['deferred']} more deferred (defer_loading) with a server-run tool_search"
+            if config.get("deferred")
+            else ""
+        )
     header = [
         "mode",
         "e2e s",
@@ -109,8 +116,36 @@ def agent_loop_table(result: dict[str, Any]) -> str:
         model = "(the engine's own time where it reports one, else uncached input x prefill + (output_tokens-1)/tps)"
     legend = f"overhead = turn time seen by the client - model time {model}; first/last: at the first/last turn"
     text = f"{head}\n{_table(header, rows)}\n{legend}\nratios (medians):\n{ratios}"
-    text += _compaction_table(result) + _mcp_table(result)
+    text += _compaction_table(result) + _mcp_table(result) + _tools_lines(result)
     return text + ("\n" + cached_table(result) if upstream else "")
+
+
+def _tools_lines(result: dict[str, Any]) -> str:
+    """The calls the client answered per mode (--tools typed: shell_call, apply_patch_call), and with --deferred
+    what deferring the tools saved in the first turn's prompt and what the loop's first turn searched."""
+    config = result["config"]
+    if (config.get("tools") or ["function"]) == ["function"] and not config.get("deferred"):
+        return ""
+    lines = ["\ncalls answered (all runs):"]
+    for mode, data in result["modes"].items():
+        calls = ", ".join(f"{name} {count}" for name, count in sorted((data.get("calls") or {}).items()))
+        lines.append(f"  {mode}: {calls or '-'}")
+    saved = result.get("deferred")
+    if saved:
+        lines.append(
+            f"deferred tools ({saved['tools']}): first-turn prompt {saved['input_tokens_deferred']} tokens deferred vs "
+            f"{saved['input_tokens_inline']} inline: {saved['saved_tokens']} saved "
+            f"({_fmt(100 * saved['saved_ratio'], 1)}%; usage.input_tokens, one request each, answered in text)"
+        )
+        for mode, data in result["modes"].items():
+            m = data["median"]
+            if "searches" in m:
+                lines.append(
+                    f"  {mode}: {_fmt(m['searches'], 0)} search(es) loading {_fmt(m['loaded_tools'], 0)} tools; "
+                    f"first turn {m['context_first_turn_tokens']} input tokens (search + call: two generations), "
+                    f"overhead {_fmt(m['overhead_first_turn_ms'], 2)} ms"
+                )
+    return "\n".join(lines)
 
 
 def _compaction_table(result: dict[str, Any]) -> str:
@@ -309,7 +344,9 @@ def plot_agent_loop(result: dict[str, Any], path: str) -> None:
     for mode, data in result["modes"].items():
         xs = [t["context_tokens"] for t in data["per_turn_median"]]
         ys = [t["overhead_ms"] for t in data["per_turn_median"]]
-        left.plot(xs, ys, marker=".", markersize=3, linewidth=1, label=mode, color=_COLORS.get(mode))
+        style = "-" if "+" not in mode else "--"  # another tool set: the mode's colour, dashed
+        color = _COLORS.get(mode.split("+")[0])
+        left.plot(xs, ys, marker=".", markersize=3, linewidth=1, label=mode, color=color, linestyle=style)
     left.set_xlabel("context (tokens, usage.input_tokens)")
     left.set_ylabel("overhead per turn (ms, median)")
     left.set_title("per-turn overhead = turn time - model time", fontsize=10)
@@ -319,7 +356,7 @@ def plot_agent_loop(result: dict[str, Any], path: str) -> None:
     names = list(result["modes"])
     e2e = [result["modes"][m]["median"]["e2e_ms"] / 1000 for m in names]
     physical = max(result["modes"][m]["median"]["physical_ms"] for m in names) / 1000
-    bars = right.bar(names, e2e, color=[_COLORS.get(m, "#888888") for m in names])
+    bars = right.bar(names, e2e, color=[_COLORS.get(m.split("+")[0], "#888888") for m in names])
     right.axhline(physical, color="black", linestyle="--", linewidth=1, label=f"physical limit {physical:.2f} s")
     for bar, value in zip(bars, e2e, strict=True):
         right.annotate(

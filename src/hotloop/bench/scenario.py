@@ -81,6 +81,76 @@ TOOLS: list[dict[str, Any]] = [
     },
 ]
 
+# `--tools typed`: the same scenario with `shell` and `apply_patch` as typed client tools (protocol.md §1.11), whose
+# calls come out as `shell_call` / `apply_patch_call` items; `update_plan` stays a function.
+TYPED_TOOLS: list[dict[str, Any]] = [{"type": "shell"}, {"type": "apply_patch"}, TOOLS[2]]
+TOOL_SETS = ("function", "typed")
+# The items a turn's call can be, and the client's answer to each.
+CLIENT_CALLS = frozenset({"function_call", "shell_call", "apply_patch_call"})
+TOOL_SEARCH: dict[str, Any] = {"type": "tool_search"}  # run by the server (execution "server", the default)
+
+_SERVICES = ["jira", "github", "slack", "calendar", "drive", "sentry", "grafana", "linear", "notion", "pagerduty"]
+_SERVICES += ["stripe", "zendesk", "figma", "datadog", "gitlab", "confluence", "salesforce", "hubspot", "asana"]
+_ACTIONS = [
+    ("search", "Search {s} for {o}s matching a query; returns ids, titles and a short snippet of each."),
+    ("get", "Fetch one {s} {o} by id with all of its fields, comments and history."),
+    ("create", "Create a {s} {o} with the given fields; returns the new {o}'s id and URL."),
+    ("update", "Update fields of an existing {s} {o}; fields not given are left as they are."),
+    ("list", "List recent {s} {o}s, newest first, with paging."),
+    ("delete", "Delete a {s} {o} by id; this cannot be undone."),
+]
+_OBJECTS = ["issue", "ticket", "message", "event", "document", "alert", "dashboard", "record", "comment", "task"]
+
+
+def deferred_tools(count: int, defer: bool = True) -> list[dict[str, Any]]:
+    """`count` distinct function tools of a connector catalog (jira_search_issues, slack_create_message, ...) with
+    realistic descriptions and schemas, marked `defer_loading` unless `defer` is False (the same tools inline)."""
+    tools: list[dict[str, Any]] = []
+    pairs = len(_SERVICES) * len(_ACTIONS)
+    for index in range(count):
+        service = _SERVICES[index % len(_SERVICES)]
+        verb, text = _ACTIONS[(index // len(_SERVICES)) % len(_ACTIONS)]
+        thing = _OBJECTS[(index // pairs + index % pairs) % len(_OBJECTS)]  # each (service, verb) meets every object
+        round_ = index // (pairs * len(_OBJECTS))
+        name = f"{service}_{verb}_{thing}s" + (f"_{round_}" if round_ else "")
+        properties: dict[str, Any] = {
+            "query" if verb in ("search", "list") else "id": {
+                "type": "string",
+                "description": f"The search text for {thing}s" if verb in ("search", "list") else f"The {thing}'s id",
+            },
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "description": "At most this many results"},
+            "fields": {"type": "array", "items": {"type": "string"}, "description": f"{thing} fields to return"},
+        }
+        tool: dict[str, Any] = {
+            "type": "function",
+            "name": name,
+            "description": text.format(s=service.capitalize(), o=thing),
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": [next(iter(properties))],
+                "additionalProperties": False,
+            },
+        }
+        if defer:
+            tool["defer_loading"] = True
+        tools.append(tool)
+    return tools
+
+
+def tool_set(kind: str, deferred: int = 0, defer: bool = True) -> list[dict[str, Any]]:
+    """The request's `tools`: the scenario's function or typed tools, then `deferred` connector tools and the
+    server-run `tool_search` that loads them (with `defer` False: the same tools inline, and no search)."""
+    if kind not in TOOL_SETS:
+        raise ValueError(f"unknown tool set {kind!r} (known: {', '.join(TOOL_SETS)})")
+    tools = list(TYPED_TOOLS if kind == "typed" else TOOLS)
+    if deferred:
+        tools += deferred_tools(deferred, defer)
+        if defer:
+            tools.append(TOOL_SEARCH)
+    return tools
+
+
 _DIRS = ["src/parser", "src/parser/backends", "src/cli", "src/io", "tests", "tests/fixtures", "docs", "scripts"]
 _STEMS = ["tokens", "lexer", "ast_nodes", "visitor", "errors", "config", "loader", "cache", "render", "util", "main"]
 _IDENTS = ["token", "span", "node", "offset", "source", "buffer", "stack", "result", "state", "kind", "value", "line"]
@@ -196,6 +266,22 @@ def call_output(call_id: str, text: str) -> dict[str, Any]:
     return {"type": "function_call_output", "call_id": call_id, "output": text}
 
 
+def answer(call: dict[str, Any], text: str) -> dict[str, Any]:
+    """The client's answer to a call item with the tool's output `text`: a `function_call_output`, a
+    `shell_call_output` (the text as the command's stdout, exit code 0) or an `apply_patch_call_output`."""
+    kind, call_id = call.get("type"), call["call_id"]
+    if kind == "shell_call":
+        outcome = {"type": "exit", "exit_code": 0}
+        return {
+            "type": "shell_call_output",
+            "call_id": call_id,
+            "output": [{"stdout": text, "stderr": "", "outcome": outcome}],
+        }
+    if kind == "apply_patch_call":
+        return {"type": "apply_patch_call_output", "call_id": call_id, "status": "completed", "output": text}
+    return call_output(call_id, text)
+
+
 def sim_metadata(ttft_ms: float, tps: float, tool_calls: int, output_tokens: int | None = None) -> dict[str, str]:
     """The `metadata` that fixes the simulator's pacing and tool policy for one request."""
     meta = {"sim_ttft_ms": f"{ttft_ms:g}", "sim_tps": f"{tps:g}", "sim_tool_calls": str(tool_calls)}
@@ -237,8 +323,9 @@ class Rollout:
         wanted = self.target(turn + 1, first_context) - context - output_tokens - 16  # 16: the turn framing
         return max(64, int(wanted * self.chars_per_token))
 
-    def tool_output(self, turn: int, call_id: str, chars: int) -> dict[str, Any]:
-        return call_output(call_id, tool_text(self.seed * 100_003 + turn, chars))
+    def tool_output(self, turn: int, call: dict[str, Any], chars: int) -> dict[str, Any]:
+        """The answer to turn `turn`'s call item (whatever its type, the same text)."""
+        return answer(call, tool_text(self.seed * 100_003 + turn, chars))
 
 
 HISTORY_SHAPES = ("tools", "message", "items")
