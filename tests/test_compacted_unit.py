@@ -19,6 +19,7 @@ from hotloop.chat.compacted import (
     kept_users,
     latest,
 )
+from hotloop.chat.messages import other_item_text
 from hotloop.sealing import seal
 from hotloop.wire.items import (
     Compaction,
@@ -70,12 +71,14 @@ def test_carried_round_trips_through_the_seal() -> None:
     assert body == Carried(summary="Found the bug.", users=users, tail=tail, calls=7)
 
 
-def test_carried_strips_the_mark_and_keeps_only_kept_kinds() -> None:
-    text = carried(f"a{MARK}b\x1ec", [user("u"), OtherItem(raw={"type": "web_search_call"})], [], 0)
+def test_carried_strips_the_mark_and_keeps_every_item() -> None:
+    other = OtherItem(raw={"type": "web_search_call"})
+    text = carried(f"a{MARK}b\x1ec", [user("u"), other], [], 0)
     assert text.startswith(MARK) and text.count("\x1e") == 2  # the mark's own two: the summary's are gone
     body = carries(Compaction(encrypted_content=seal(text, SECRET)))
-    assert body is not None
-    assert body.summary == "ahotloop-contextbc" and body.users == [user("u")] and body.tail == []
+    assert body is not None and body.summary == "ahotloop-contextbc" and body.tail == []
+    # An item of a type without a Struct stays as the message it renders as.
+    assert body.users == [user("u"), Message(role="user", content=[InputText(text=other_item_text(other))])]
     reasoning = Reasoning(summary=[], encrypted_content="x")
     inner = Compaction(encrypted_content="nested")
     kept = carries(Compaction(encrypted_content=seal(carried("s", [], [reasoning, inner], 0), SECRET)))

@@ -16,39 +16,27 @@ from typing import Any
 import msgspec
 
 from hotloop import sealing
+from hotloop.chat.messages import other_item_text
 from hotloop.tools.registry import CALL_TYPES, pair
 from hotloop.tools.registry import answered as answered_calls
 from hotloop.wire.items import (
     Compaction,
     ContextItem,
-    CustomToolCall,
-    CustomToolCallOutput,
-    FunctionCall,
-    FunctionCallOutput,
     InputText,
     McpApprovalRequest,
     McpApprovalResponse,
     McpCall,
     Message,
-    Reasoning,
+    OtherItem,
+    TypedContextItem,
 )
-from hotloop.wire.tool_items import TypedCallItem, TypedOutputItem
 
 MARK = "\x1ehotloop-context\x1e"  # a control character no summary keeps (`carried` strips it from the text)
 SUMMARY_HEADER = "[earlier conversation, compacted]"
-Kept = (
-    Message
-    | FunctionCall
-    | FunctionCallOutput
-    | CustomToolCall
-    | CustomToolCallOutput
-    | Reasoning
-    | McpCall
-    | McpApprovalRequest
-    | McpApprovalResponse
-    | TypedCallItem
-    | TypedOutputItem
-)
+# Every item type a context holds: what a compaction keeps verbatim stays what it was (an earlier compaction
+# aside). An item of a type hotloop has no Struct for (OtherItem) is kept as the user message it renders as
+# (chat/messages.py `other_item_text`).
+Kept = TypedContextItem
 
 
 _CALLS: tuple[type[Any], ...] = (*CALL_TYPES, McpApprovalRequest)
@@ -62,14 +50,24 @@ class Carried(msgspec.Struct, frozen=True):
 
 
 def carried(summary: str, users: Sequence[ContextItem], tail: Sequence[ContextItem], calls: int) -> str:
-    """The sealed text of a context-carrying compaction (only items of a kept kind stay: others are summarized)."""
+    """The sealed text of a context-carrying compaction: the kept items as they are (an item of a type hotloop has no
+    Struct for, as the message it renders as)."""
     body = Carried(
         summary=summary.replace("\x1e", ""),
-        users=[item for item in users if isinstance(item, Kept)],
-        tail=[item for item in tail if isinstance(item, Kept)],
+        users=[kept for item in users if (kept := _kept(item)) is not None],
+        tail=[kept for item in tail if (kept := _kept(item)) is not None],
         calls=calls,
     )
     return MARK + msgspec.json.encode(body).decode()
+
+
+def _kept(item: ContextItem) -> TypedContextItem | None:
+    """What a compaction keeps of an item: itself; a compaction is not carried by another."""
+    if isinstance(item, Compaction):
+        return None
+    if isinstance(item, OtherItem):
+        return Message(role="user", content=[InputText(text=other_item_text(item))])
+    return item
 
 
 def carries(item: ContextItem) -> Carried | None:

@@ -26,7 +26,7 @@ import msgspec
 from hotloop.errors import HotloopError
 from hotloop.ids import new_id
 from hotloop.pipeline.normalize import normalize_item
-from hotloop.tools.registry import OUTPUT_OF
+from hotloop.tools.registry import OUTPUT_OF, answered, pair
 from hotloop.wire.items import OutputItem
 from hotloop.wire.request import CreateRequest
 
@@ -121,9 +121,11 @@ def check_room(waiting: list[Steer]) -> None:
 
 def required_input(output: list[OutputItem]) -> list[dict[str, Any]]:
     """Stubs of the tool outputs a response's calls wait for (the client fills in `output`)."""
+    done = answered(output)  # a search the server ran is answered in the output itself
     stubs = []
     for item in output:
         answer = OUTPUT_OF.get(type(item))
-        if answer is not None:
-            stubs.append({"type": answer, "call_id": item.call_id})  # type: ignore[union-attr]
+        found = pair(item)
+        if answer is not None and found is not None and found[1] not in done:
+            stubs.append({"type": answer, "call_id": found[1]})
     return stubs

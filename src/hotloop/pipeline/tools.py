@@ -10,7 +10,7 @@ import msgspec
 from hotloop.chat.specs import ToolSpec
 from hotloop.errors import InvalidParam
 from hotloop.pipeline.mcp.declare import Declared, declare
-from hotloop.tools.registry import BY_KIND, BY_TYPE, HOSTED_TYPES, SEARCH_KINDS
+from hotloop.tools.registry import BY_TYPE, HOSTED_TYPES, SEARCH_KINDS
 from hotloop.wire.items import McpListTools
 
 # What `drop_tool_types` defaults to: unmodified Codex always sends `web_search`, and nothing a server can say
@@ -199,8 +199,7 @@ def resolve_tool_choice(choice: str | dict[str, Any] | None, tools: ToolSet) -> 
             raise InvalidParam(f"Tool '{name}' named in tool_choice is not in tools.", param="tool_choice.name")
         return ToolChoice(choice, tools, "required", spec.prompt_name)
     if kind in BY_TYPE:  # `{"type": "shell"}`, `{"type": "apply_patch"}`, …: that typed tool (§1.11)
-        typed = BY_KIND[BY_TYPE[kind].kind]
-        spec = next((spec for spec in tools.specs if spec.kind == typed.kind), None)
+        spec = next((spec for spec in tools.specs if _same_kind(BY_TYPE[kind].kind, spec.kind)), None)
         if spec is None:
             raise InvalidParam(f"tool_choice '{kind}' needs a '{kind}' tool in tools.", param="tool_choice.type")
         return ToolChoice(choice, tools, "required", spec.prompt_name)
@@ -226,6 +225,11 @@ def resolve_tool_choice(choice: str | dict[str, Any] | None, tools: ToolSet) -> 
     raise InvalidParam(f"Unsupported tool_choice type '{kind}'.", param="tool_choice.type")
 
 
+def _same_kind(declared: str, kind: str) -> bool:
+    """A typed tool's kind; a tool search is one whichever side runs it."""
+    return declared == kind or (declared in SEARCH_KINDS and kind in SEARCH_KINDS)
+
+
 def _names(entry: object, spec: ToolSpec) -> bool:
     """Whether an `allowed_tools` entry names `spec`: by type for a typed tool (`{"type": "shell"}`), by name and
     namespace (or the `namespace.name` the model sees) for the rest, by server label for an MCP server's tools."""
@@ -233,7 +237,7 @@ def _names(entry: object, spec: ToolSpec) -> bool:
         return False
     kind = entry.get("type")
     if kind in BY_TYPE:
-        return BY_TYPE[kind].kind == spec.kind
+        return _same_kind(BY_TYPE[kind].kind, spec.kind)
     if kind == "mcp":
         return (
             spec.kind == "mcp"

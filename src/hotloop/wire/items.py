@@ -221,19 +221,21 @@ KNOWN_ITEM_TYPES: dict[str, type[Any]] = {
         *TYPED_ITEMS,
     )
 }
-ContextItem = (
+# Every item a context holds that has a Struct; a context also holds items of other types, kept raw (OtherItem).
+TypedContextItem = (
     Message
     | FunctionCall
     | FunctionCallOutput
     | CustomToolCall
     | CustomToolCallOutput
     | Reasoning
-    | (Compaction | OtherItem)
+    | Compaction
     | McpItem
     | TypedCallItem
     | TypedOutputItem
     | AdditionalTools
 )
+ContextItem = TypedContextItem | OtherItem
 # A compaction is an output item when a create compacted its context (`context_management`, issue 14); an MCP
 # approval response is only ever input.
 OutputItem = (
