@@ -158,8 +158,10 @@ def _tools(prior: Prior, request: CreateRequest, service: Service) -> ToolSet:
 
 
 def _searches(tools: ToolSet) -> bool:
+    """Whether the server runs the model's searches: with nothing deferred too, where a search finds nothing (its
+    output says so) but a server-run `tool_search_call` never ends a response unanswered."""
     search = tools.search
-    return search is not None and search.kind == SERVER_KIND and bool(tools.deferred)
+    return search is not None and search.kind == SERVER_KIND
 
 
 def _loaded(tools: ToolSet, inputs: Inputs) -> list[ToolSpec]:

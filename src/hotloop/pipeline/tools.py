@@ -102,6 +102,12 @@ def _namespace(raw: dict[str, Any], param: str) -> list[tuple[ToolSpec, bool]]:
     return specs
 
 
+def _own_namespace(spec: ToolSpec) -> ToolSpec:
+    """A deferred top-level tool: its calls carry its name as their namespace, as OpenAI's do (the Agents SDK finds
+    the tool by it); the model sees the plain name (tools/spec.py `prompt_name`)."""
+    return msgspec.structs.replace(spec, namespace=spec.name)
+
+
 def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFAULT_DROPPED) -> ToolSet:
     """Validate the `tools` array; function tools are echoed first, then the others as sent. A type this server
     does not run is refused by name (400 `unsupported_tool`), unless `drop` (the `drop_tool_types` setting) lists
@@ -125,9 +131,10 @@ def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFA
         elif kind == "function":
             echo, spec = _function(raw, param)
             functions.append(echo)
-            (deferred if later else specs).append(spec)
+            (deferred if later else specs).append(_own_namespace(spec) if later else spec)
         elif kind == "custom":
-            (deferred if later else specs).append(_custom(raw, param))
+            spec = _custom(raw, param)
+            (deferred if later else specs).append(_own_namespace(spec) if later else spec)
             others.append(raw)
         elif kind == "namespace":
             for spec, member_later in _namespace(raw, param):
@@ -168,11 +175,12 @@ def unsupported(kind: str, param: str) -> InvalidParam:
 
 
 def check_unique(specs: list[ToolSpec] | tuple[ToolSpec, ...]) -> None:
-    seen: set[tuple[str | None, str]] = set()
+    """Two tools the model would call by the same name are refused (a namespace's `ns.x` is not a top-level `x`)."""
+    seen: set[str] = set()
     for spec in specs:
-        if (spec.namespace, spec.name) in seen:
+        if spec.prompt_name in seen:
             raise InvalidParam(f"Duplicate tool name '{spec.name}'.", param="tools")
-        seen.add((spec.namespace, spec.name))
+        seen.add(spec.prompt_name)
 
 
 class ToolChoice(msgspec.Struct, frozen=True):

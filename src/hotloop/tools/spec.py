@@ -31,4 +31,6 @@ class ToolSpec(msgspec.Struct, frozen=True):
 
 
 def prompt_name(name: str, namespace: str | None) -> str:
-    return f"{namespace}.{name}" if namespace else name
+    """`namespace.name`; a deferred top-level tool's calls carry its own name as their namespace (as OpenAI's do,
+    and the Agents SDK looks such a tool up by it), which the model never sees."""
+    return f"{namespace}.{name}" if namespace and namespace != name else name

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal
 from hotloop.errors import InvalidParam
 from hotloop.ids import new_id
 from hotloop.tools.client import ClientTool, parse_arguments
-from hotloop.tools.spec import ToolSpec
+from hotloop.tools.spec import ToolSpec, prompt_name
 from hotloop.wire.items import InputPart, InputText, Message
 from hotloop.wire.tool_items import (
     AdditionalTools,
@@ -90,7 +90,7 @@ class ToolSearch(ClientTool):
         if not item.tools:
             return "No tools matched."
         return "Loaded these tools; call them like the others:\n" + "\n".join(
-            json.dumps(definition(tool)) for tool in item.tools
+            json.dumps(definition(tool)) for tool in listed(item.tools)
         )
 
     @property
@@ -116,7 +116,7 @@ def definition(tool: dict[str, Any]) -> dict[str, Any]:
     """A loaded tool as the model reads it: as the system prompt lists tools (chat/messages.py)."""
     name = tool.get("name")
     namespace = tool.get("namespace")
-    entry: dict[str, Any] = {"name": f"{namespace}.{name}" if namespace else name}
+    entry: dict[str, Any] = {"name": prompt_name(str(name), namespace)}
     if tool.get("description"):
         entry["description"] = tool["description"]
     if tool.get("type") == "custom":
@@ -141,7 +141,7 @@ def echo(spec: ToolSpec) -> dict[str, Any]:
             "strict": None,
             "defer_loading": True,
         }
-    if spec.namespace:
+    if spec.namespace and spec.namespace != spec.name:  # a namespace's member (not a top-level tool's own name)
         out["namespace"] = spec.namespace
     return out
 
@@ -163,15 +163,34 @@ def added_message(item: AdditionalTools) -> Message:
     return Message(role="developer", content=[InputText(text=text)], id=item.id)
 
 
+def listed(tools: Iterable[Any]) -> list[dict[str, Any]]:
+    """The tools a `tool_search_output` lists, each a function or custom tool (`namespace` set on a namespace's
+    member): hotloop's own outputs list members so, OpenAI's (openai-python's `ToolSearchOutputNamespaceTool`) as
+    `{"type": "namespace", "name", "tools": [...]}`."""
+    out: list[dict[str, Any]] = []
+    for tool in tools:
+        if not isinstance(tool, dict):
+            continue
+        members = tool.get("tools")
+        if tool.get("type") == "namespace" and isinstance(members, list):
+            out.extend({**member, "namespace": tool.get("name")} for member in members if isinstance(member, dict))
+        else:
+            out.append(tool)
+    return out
+
+
 def loaded(items: Iterable[Any], deferred: Sequence[ToolSpec]) -> list[ToolSpec]:
     """The deferred specs the `tool_search_output` items among `items` loaded, in the order they were loaded."""
     by_name = {(spec.namespace, spec.name): spec for spec in deferred}
+    bare = {spec.name: spec for spec in reversed(deferred)}  # a bare name (check_loadable accepts it): the first
     out: dict[tuple[str | None, str], ToolSpec] = {}
     for item in items:
         if isinstance(item, ToolSearchOutput):
-            for tool in item.tools:
+            for tool in listed(item.tools):
                 key = (tool.get("namespace"), tool.get("name"))
                 spec = by_name.get(key) or by_name.get((None, str(key[1])))  # type: ignore[arg-type]
+                if spec is None and key[0] is None:
+                    spec = bare.get(str(key[1]))
                 if spec is not None:
                     out[(spec.namespace, spec.name)] = spec
     return list(out.values())
@@ -184,9 +203,8 @@ def check_loadable(items: Iterable[Any], deferred: Sequence[ToolSpec], specs: Se
     for item in items:
         if not isinstance(item, ToolSearchOutput):
             continue
-        for tool in item.tools:
-            name = tool.get("name") if isinstance(tool, dict) else None
-            namespace = tool.get("namespace") if isinstance(tool, dict) else None
+        for tool in listed(item.tools):  # dicts: the item's type says so
+            name, namespace = tool.get("name"), tool.get("namespace")
             if (namespace, name) not in known and not (namespace is None and name in names):
                 raise InvalidParam(
                     f"tool_search_output names tool {name!r}, which this request did not declare.",

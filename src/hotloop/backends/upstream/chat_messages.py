@@ -44,7 +44,7 @@ CUSTOM_INPUT = {"type": "object", "properties": {"input": {"type": "string"}}, "
 
 
 def wire_name(name: str, namespace: str | None) -> str:
-    return f"{namespace}__{name}" if namespace else name
+    return f"{namespace}__{name}" if namespace and namespace != name else name  # see tools/spec.py prompt_name
 
 
 class Replay(msgspec.Struct, frozen=True):
