@@ -303,8 +303,8 @@ def test_a_deferred_namespace_member_is_loaded_by_search_and_called_in_its_names
     )
     search, found, call = (dump(item) for item in response.output)
     assert search["arguments"] == {"query": "lookup customer"}
-    assert ResponseToolSearchOutputItem.model_validate(found).tools[0].name == "lookup_customer"
-    assert found["tools"][0]["namespace"] == "crm"
+    block = ResponseToolSearchOutputItem.model_validate(found).tools[0]
+    assert block.type == "namespace" and block.name == "crm" and [t.name for t in block.tools] == ["lookup_customer"]
     assert (call["type"], call["name"], call["namespace"]) == ("function_call", "lookup_customer", "crm")
     assert "email" in json.loads(call["arguments"])
 

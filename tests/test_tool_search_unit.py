@@ -24,6 +24,7 @@ from hotloop.tools.tool_search import (
     listed,
     loaded,
     search,
+    shown,
 )
 from hotloop.wire.items import McpListedTool, McpListTools
 from hotloop.wire.tool_items import ToolSearchOutput
@@ -280,7 +281,12 @@ def test_echo_is_the_declared_shape_with_defer_loading() -> None:
         "description": "C.",
         "defer_loading": True,
     }
-    assert echo(spec("lookup", namespace="crm"))["namespace"] == "crm"
+    # A namespace's member is listed inside its namespace (`shown`); an MCP server's tool carries its label.
+    assert "namespace" not in echo(spec("lookup", namespace="crm"))
+    assert echo(ToolSpec("read", kind="mcp", namespace="wiki"))["namespace"] == "wiki"
+    top, block = shown([spec("f"), spec("lookup", namespace="crm")])
+    assert top["name"] == "f" and block["type"] == "namespace" and block["name"] == "crm"
+    assert [member["name"] for member in block["tools"]] == ["lookup"]
 
 
 def test_tool_search_declares_by_execution() -> None:

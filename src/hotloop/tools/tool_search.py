@@ -141,8 +141,28 @@ def echo(spec: ToolSpec) -> dict[str, Any]:
             "strict": None,
             "defer_loading": True,
         }
-    if spec.namespace and spec.namespace != spec.name:  # a namespace's member (not a top-level tool's own name)
+    if spec.kind == "mcp" and spec.namespace:  # an MCP server's tool: its label, as the model calls it
         out["namespace"] = spec.namespace
+    return out
+
+
+def shown(hits: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """The tools a server-run search loaded, as its `tool_search_output` lists them: top-level tools as declared,
+    a namespace's members inside `{"type": "namespace", "name", "description", "tools"}` (openai-python's
+    `ToolSearchOutputNamespaceTool`), an MCP server's tools with their label in `namespace`."""
+    out: list[dict[str, Any]] = []
+    blocks: dict[str, dict[str, Any]] = {}
+    for spec in hits:
+        member = spec.namespace is not None and spec.namespace != spec.name and spec.kind != "mcp"
+        if not member:
+            out.append(echo(spec))
+            continue
+        namespace = str(spec.namespace)
+        block = blocks.get(namespace)
+        if block is None:
+            block = blocks[namespace] = {"type": "namespace", "name": namespace, "description": "", "tools": []}
+            out.append(block)
+        block["tools"].append(echo(spec))
     return out
 
 
@@ -158,7 +178,7 @@ def added_message(item: AdditionalTools) -> Message:
     """An `additional_tools` item as the model reads it, where it stands: a developer message with the tools'
     definitions, as the system prompt lists tools."""
     text = "These tools are available from now on; call them like the others:\n" + "\n".join(
-        json.dumps(definition(tool)) for tool in item.tools if isinstance(tool, dict)
+        json.dumps(definition(tool)) for tool in listed(item.tools)
     )
     return Message(role="developer", content=[InputText(text=text)], id=item.id)
 

@@ -12,7 +12,7 @@ from concurrent.futures import Executor
 
 from hotloop.chat.specs import ToolSpec
 from hotloop.ids import new_id
-from hotloop.tools.tool_search import echo, search
+from hotloop.tools.tool_search import search, shown
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
 from hotloop.wire.tool_items import ToolSearchCall, ToolSearchOutput
@@ -43,7 +43,7 @@ class Searches:
             self.deferred = [spec for spec in self.deferred if spec not in hits]
             self._fresh.extend(hits)
             found = ToolSearchOutput(
-                tools=[echo(spec) for spec in hits],
+                tools=shown(hits),
                 execution="server",
                 call_id=item.call_id,
                 id=new_id("tso"),
