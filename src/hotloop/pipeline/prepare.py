@@ -20,12 +20,13 @@ from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
 from hotloop.observability.tracing import ResponseTrace
 from hotloop.pipeline import compaction
+from hotloop.pipeline.grammars import check_grammars
 from hotloop.pipeline.inputs import Inputs, gather, match_resent, remember
 from hotloop.pipeline.mcp.approvals import approved_calls
 from hotloop.pipeline.mcp.listing import endpoints, offer
 from hotloop.pipeline.mcp.plan import McpTurn
 from hotloop.pipeline.prepared import DEFAULT_OPTIONS, Prepared, TurnOptions
-from hotloop.pipeline.prior import Prior, conversation_id_of
+from hotloop.pipeline.prior import conversation_id_of
 from hotloop.pipeline.prompt import render_prompt, too_long
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Session
@@ -65,7 +66,12 @@ async def start_turn(
         inputs = await gather(service, session, request, conversation_id, resent)
     prior, fresh = inputs.prior, inputs.fresh
     with timings.stage("validate"):
-        tools = _tools(prior, request, service)
+        tools = prior.tools(request.tools)
+        if tools is None:  # resolved once per chain: its grammars compiled then (and kept, tools/grammar.py)
+            tools = _resolved(request, service)
+            if tools.grammars:
+                await check_grammars(tools.grammars)
+        _count_dropped(tools, service)
         where = endpoints(tools, service.settings) if tools.mcp else {}
         prior.check(fresh)
         call_ids = check_new_items(fresh, prior.call_ids, service.secret, offset=prior.skip)
@@ -144,17 +150,18 @@ def _compaction(request: CreateRequest, model: Model, prompt: Prompt, inputs: In
     return compaction.plan(limit, [*prior.context, *inputs.fresh], inputs.calls_in_context())
 
 
-def _tools(prior: Prior, request: CreateRequest, service: Service) -> ToolSet:
-    """The request's tools, validated once per chain (or resent history): again only when a request changes them.
-    A tool left out by `drop_tool_types` is counted every turn and logged when the tools are resolved."""
-    tools = prior.tools(request.tools)
-    if tools is None:
-        tools = resolve_tools(request.tools, service.settings.drop_tool_types)
-        if tools.dropped:
-            log.info("left out tools of types %s (setting drop_tool_types)", ", ".join(tools.dropped))
+def _resolved(request: CreateRequest, service: Service) -> ToolSet:
+    """The request's tools, validated: once per chain (or resent history), again only when a request changes them
+    (`Prior.tools`). A tool left out by `drop_tool_types` is logged here, and counted every turn."""
+    tools = resolve_tools(request.tools, service.settings.drop_tool_types)
+    if tools.dropped:
+        log.info("left out tools of types %s (setting drop_tool_types)", ", ".join(tools.dropped))
+    return tools
+
+
+def _count_dropped(tools: ToolSet, service: Service) -> None:
     for kind in tools.dropped:
         service.metrics.tools_dropped.labels(kind).inc()
-    return tools
 
 
 def _searches(tools: ToolSet) -> bool:

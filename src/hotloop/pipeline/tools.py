@@ -10,6 +10,7 @@ import msgspec
 from hotloop.chat.specs import ToolSpec
 from hotloop.errors import InvalidParam
 from hotloop.pipeline.mcp.declare import Declared, declare
+from hotloop.tools.grammar import Grammar, declared
 from hotloop.tools.registry import BY_TYPE, HOSTED_TYPES, SEARCH_KINDS
 from hotloop.wire.items import McpListTools
 
@@ -32,6 +33,7 @@ class ToolSet(msgspec.Struct, frozen=True):
     dropped: tuple[str, ...] = ()  # the types `drop_tool_types` took out of the request, counted per turn
     # Tools marked `defer_loading`: never rendered, callable once a `tool_search_output` loaded them (§1.11).
     deferred: tuple[ToolSpec, ...] = ()
+    grammars: tuple[tuple[str, Grammar], ...] = ()  # custom tools' grammars by `tools[i].format.definition`
 
     def find(self, name: str, namespace: str | None = None) -> ToolSpec | None:
         """The tool named `name` in `namespace`, or by the name the model sees (`namespace.name`)."""
@@ -83,23 +85,30 @@ def _custom(raw: dict[str, Any], param: str, namespace: str | None = None) -> To
         kind="custom",
         description=description if isinstance(description, str) else None,
         namespace=namespace,
+        grammar=declared(raw.get("format"), f"{param}.format"),
     )
 
 
-def _namespace(raw: dict[str, Any], param: str) -> list[tuple[ToolSpec, bool]]:
-    """The members, each with whether it is deferred (`defer_loading` applies to members, not the namespace)."""
+def _namespace(raw: dict[str, Any], param: str) -> list[tuple[ToolSpec, bool, str]]:
+    """The members, each with whether it is deferred (`defer_loading` applies to members, not the namespace) and
+    its param."""
     name = raw.get("name")
     members = raw.get("tools")
     if not isinstance(name, str) or not isinstance(members, list):
         raise InvalidParam("A namespace tool needs 'name' and a 'tools' list.", param=param, code="invalid_type")
-    specs: list[tuple[ToolSpec, bool]] = []
+    specs: list[tuple[ToolSpec, bool, str]] = []
     for index, member in enumerate(members):
         where = f"{param}.tools[{index}]"
         if not isinstance(member, dict):
             raise InvalidParam("Each namespace member must be an object.", param=where, code="invalid_type")
         spec = _custom(member, where, name) if member.get("type") == "custom" else _function(member, where, name)[1]
-        specs.append((spec, member.get("defer_loading") is True))
+        specs.append((spec, member.get("defer_loading") is True, where))
     return specs
+
+
+def _grammar_of(spec: ToolSpec, param: str) -> list[tuple[str, Grammar]]:
+    """A custom tool's grammar, with the param an error names (compiled at the door: pipeline/grammars.py)."""
+    return [(f"{param}.format.definition", spec.grammar)] if spec.grammar is not None else []
 
 
 def _own_namespace(spec: ToolSpec) -> ToolSpec:
@@ -118,6 +127,7 @@ def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFA
     servers: list[Declared] = []
     dropped: list[str] = []
     deferred: list[ToolSpec] = []
+    grammars: list[tuple[str, Grammar]] = []
     drop = frozenset(drop)
     for index, raw in enumerate(tools or ()):
         param = f"tools[{index}]"
@@ -135,10 +145,12 @@ def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFA
         elif kind == "custom":
             spec = _custom(raw, param)
             (deferred if later else specs).append(_own_namespace(spec) if later else spec)
+            grammars += _grammar_of(spec, param)
             others.append(raw)
         elif kind == "namespace":
-            for spec, member_later in _namespace(raw, param):
+            for spec, member_later, where in _namespace(raw, param):
                 (deferred if member_later else specs).append(spec)
+                grammars += _grammar_of(spec, where)
             others.append(raw)
         elif kind == "mcp":
             echo, declared = declare(raw, index)
@@ -152,6 +164,7 @@ def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFA
             raise unsupported(kind, param)
     check_unique([*specs, *deferred])
     found = ToolSet(
+        grammars=tuple(grammars),
         echo=functions + others,
         specs=tuple(specs),
         mcp=tuple(servers),

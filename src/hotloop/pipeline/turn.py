@@ -20,6 +20,7 @@ from hotloop.observability.timings import StageTimings
 from hotloop.pipeline import compaction
 from hotloop.pipeline.finish import finish, finish_cancelled, log_finished
 from hotloop.pipeline.generate import BLOCKED, Generation, Outcome
+from hotloop.pipeline.grammars import input_checks
 from hotloop.pipeline.mcp.steps import Steps
 from hotloop.pipeline.prepared import Prepared, TurnOptions
 from hotloop.pipeline.service import Service
@@ -46,6 +47,7 @@ class Turn:
             service.settings.reasoning_events,
             _sealer(service, prepared.request),
             typed=build_call,
+            checks=input_checks([*prepared.tools.specs, *prepared.tools.deferred]),
         )
         self.generate = prepared.request.generate is not False and not _prewarm(prepared.request)
         # Steers accepted for this response; the first `_acked` were acknowledged in its own event sequence.

@@ -6,6 +6,8 @@ from typing import Any
 
 import msgspec
 
+from hotloop.tools.grammar import Grammar
+
 
 class ToolSpec(msgspec.Struct, frozen=True):
     """A tool offered to the model: a function (JSON-schema parameters), a custom (freeform) tool, a tool of an MCP
@@ -18,6 +20,7 @@ class ToolSpec(msgspec.Struct, frozen=True):
     description: str | None = None
     parameters: dict[str, Any] | None = None
     namespace: str | None = None
+    grammar: Grammar | None = None  # a custom tool's `format` grammar: its input must match it
 
     @property
     def prompt_name(self) -> str:

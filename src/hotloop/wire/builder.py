@@ -44,6 +44,18 @@ class CallBuilder(Protocol):
     def __call__(self, kind: str, call_id: str, arguments: str, complete: bool) -> TypedCallItem: ...
 
 
+class InputCheck(Protocol):
+    """A custom tool's input checked against its grammar as it is written (tools/grammar.py)."""
+
+    def feed(self, text: str) -> None: ...
+
+    def matches(self) -> bool: ...
+
+
+# The check of a custom tool's input, by the tool's name and namespace; None: a tool without a grammar.
+InputChecks = Callable[[str, str | None], InputCheck | None]
+
+
 class _Writing(msgspec.Struct):
     """A typed call the model is still writing: nothing is sent until its arguments are whole (`_close_typed`)."""
 
@@ -83,9 +95,12 @@ class ResponseBuilder(McpBuilder):
         reasoning_events: str = "openai",
         seal: Callable[[str], str] | None = None,
         typed: CallBuilder | None = None,
+        checks: InputChecks | None = None,
     ) -> None:
         self.response = response
         self._typed = typed
+        self._checks = checks
+        self._check: InputCheck | None = None  # the open custom call's, when its tool has a grammar
         self.stream_id = stream_id
         self._reasoning = REASONING_EVENTS[reasoning_events]
         self._seal = (
@@ -186,6 +201,7 @@ class ResponseBuilder(McpBuilder):
             self._open, self._text = _Writing(kind, new_id("call")), []
             return out
         if kind == "custom":
+            self._check = self._checks(name, namespace) if self._checks is not None else None
             item = CustomToolCall(
                 call_id=new_id("call"),
                 name=name,
@@ -211,6 +227,8 @@ class ResponseBuilder(McpBuilder):
         if isinstance(item, McpApprovalRequest | _Writing):
             return []  # sent whole once its arguments are complete
         assert item is not None and item.id is not None
+        if self._check is not None:
+            self._check.feed(text)
         return [self._emit(_CALL_DELTAS[type(item)], item_id=item.id, output_index=self._index, delta=text)]
 
     def tool_call_end(self) -> list[Event]:
@@ -269,6 +287,9 @@ class ResponseBuilder(McpBuilder):
         else:
             assert isinstance(item, CustomToolCall)
             out.append(self._emit(ev.CustomToolCallInputDone, item_id=item.id, output_index=index, input=text))
+            check, self._check = self._check, None
+            if check is not None and not check.matches():
+                status = "incomplete"  # its grammar refuses the input: never handed out as a valid call (§1.11)
             done = msgspec.structs.replace(item, input=text, status=status)
         ended = self._done(index, done)  # held while a call before it has not run (wire/mcp_builder.py)
         if ended is not None:

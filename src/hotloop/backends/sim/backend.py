@@ -42,6 +42,7 @@ from hotloop.backends.sim.schema_example import example_for_schema
 from hotloop.backends.sim.shell import command_field, shell_arguments
 from hotloop.backends.sim.words import WORDS
 from hotloop.chat.specs import ToolSpec
+from hotloop.tools.grammar import compile_grammar, sample
 from hotloop.tools.registry import BY_KIND, SEARCH_KINDS
 
 # How many recent token sequences the simulated prefix cache remembers.
@@ -198,7 +199,12 @@ class SimBackend:
         try:
             if fault is not None and fault[1] == 0:
                 await _fail(fault[0])
-            for spec, pieces in self._plan(request, rng):
+            if any(spec.grammar is not None for spec in request.tools):
+                # Drawing from a grammar is CPU work (up to ~0.1 s for a long input): off the event loop.
+                plan = await asyncio.to_thread(self._plan, request, rng)
+            else:
+                plan = self._plan(request, rng)
+            for spec, pieces in plan:
                 if isinstance(spec, ToolSpec):
                     yield ToolCallStart(name=spec.name, kind=spec.kind, namespace=spec.namespace)
                 for piece in pieces:
@@ -252,6 +258,9 @@ def _pieces(text: str, size: int = 4) -> list[str]:
 
 def _call_payload(spec: ToolSpec, rng: random.Random, number: int) -> str:
     """A call's arguments; `number` counts the calls of the conversation (1-based) and names a shell call's marker."""
+    if spec.freeform and spec.grammar is not None:  # a text its grammar accepts (tools/grammar.py)
+        matcher = compile_grammar(spec.grammar)
+        return sample(matcher, rng) if not isinstance(matcher, str) else f"simulated input for {spec.name}"
     if spec.freeform:
         return f"simulated input for {spec.name}"
     typed = BY_KIND.get(spec.kind)
