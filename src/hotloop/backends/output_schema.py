@@ -6,6 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from hotloop.backends.base import GenerationRequest
+from hotloop.chat.specs import ToolSpec
+
+
+def _input(spec: ToolSpec) -> dict[str, Any]:
+    """A custom tool's input as a JSON string; a regex grammar is its pattern (matched whole, as OpenAI matches it;
+    the escaping inside the JSON string is the schema compiler's). A Lark grammar cannot be a JSON schema: the
+    server checks the input against it once written (tools/grammar.py)."""
+    grammar = spec.grammar
+    if grammar is not None and grammar.syntax == "regex":
+        return {"type": "string", "pattern": f"^({grammar.definition})$"}
+    return {"type": "string"}
 
 
 def output_schema(request: GenerationRequest) -> dict[str, Any] | None:
@@ -17,12 +28,13 @@ def output_schema(request: GenerationRequest) -> dict[str, Any] | None:
             if request.forced_tool is not None and spec.prompt_name != request.forced_tool:
                 continue
             key = "input" if spec.freeform else "arguments"
-            value: dict[str, Any] = {"type": "string"} if spec.freeform else spec.parameters or {"type": "object"}
+            value: dict[str, Any] = _input(spec) if spec.freeform else spec.parameters or {"type": "object"}
             branches.append(
                 {
                     "type": "object",
                     "properties": {"name": {"const": spec.prompt_name}, key: value},
                     "required": ["name", key],
+                    "additionalProperties": False,  # the call, nothing beside it
                 }
             )
         if branches:

@@ -28,6 +28,7 @@ import numpy as np
 
 from hotloop.backends.base import Delta, Finished, GenerationRequest
 from hotloop.backends.local.gguf import load_llama
+from hotloop.backends.local.guided import GuidedLogits
 from hotloop.backends.local.kv_state import MIN_SNAPSHOT_TOKENS, KVStateCache, as_tokens, restore, save
 from hotloop.backends.output_schema import output_schema
 from hotloop.backends.toolcalls.text import ToolCallParser
@@ -45,10 +46,16 @@ class _Cancelled(Exception):
     pass
 
 
+def _guided(request: GenerationRequest) -> bool:
+    """Whether the offered tools hold a grammar llama.cpp's converter cannot take (a custom tool's regex): then
+    llguidance masks the logits (guided.py) instead of a llama.cpp grammar."""
+    return any(spec.grammar is not None for spec in request.tools)
+
+
 def _grammar(request: GenerationRequest) -> Any:
     """A llama.cpp grammar constraining sampling to `output_schema`; None when there is none or it cannot be built."""
     schema = output_schema(request)
-    if schema is None:
+    if schema is None or _guided(request):
         return None
     from llama_cpp import LlamaGrammar
 
@@ -191,6 +198,8 @@ class LlamaBackend:
             budget = min(budget, request.max_output_tokens)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         grammar = _grammar(request)
+        schema = output_schema(request) if _guided(request) else None
+        processors = [GuidedLogits(llama, schema, len(tokens))] if schema is not None else None
         count = 0
         reason = "stop"
         with self._lock:
@@ -209,6 +218,7 @@ class LlamaBackend:
                     presence_penalty=request.presence_penalty,
                     frequency_penalty=request.frequency_penalty,
                     grammar=grammar,
+                    logits_processor=processors,
                     reset=True,
                 ):
                     if stop.is_set():
