@@ -217,6 +217,39 @@ def test_codex_exec_runs_the_sims_shell_commands(
         assert scrape.value("hotloop_responses_total", model="hotloop-sim", status=status, transport=used) == 0
 
 
+@pytest.mark.timeout(CODEX_TIMEOUT_S + NPM_TIMEOUT_S)
+def test_codex_edits_a_file_through_the_freeform_apply_patch(codex_bin: Path, seen: Seen, tmp_path: Path) -> None:
+    """The catalog says hotloop-sim follows Lark grammars (`apply_patch_tool_type: freeform`), so Codex offers
+    `apply_patch` as a custom tool with its own Lark grammar; the sim (told to prefer it) writes a patch its grammar
+    accepts, and Codex applies it: the file is there, and Codex's `custom_tool_call_output` says so."""
+    work, home = tmp_path / "work", tmp_path / "codex_home"
+    work.mkdir()
+    home.mkdir()
+    server = start_server(tmp_path / "data", models=["hotloop-sim"], sim_tool_calls=1, sim_prefer_tools=["apply_patch"])
+    try:
+        stdout = run_codex(codex_bin, server, work, home, websockets=True)
+    finally:
+        server.stop()
+    patches = [
+        tool
+        for _, request in seen.requests
+        for tool in request.tools or []
+        if tool.get("type") == "custom" and tool.get("name") == "apply_patch"
+    ]
+    assert patches and all(tool["format"]["type"] == "grammar" for tool in patches), stdout
+    assert patches[0]["format"]["syntax"] == "lark" and "begin_patch" in patches[0]["format"]["definition"]
+    assert (work / "hotloop_sim_1.txt").read_text() == "hotloop-sim-1\n", stdout
+    outputs = [
+        item
+        for _, request in seen.requests
+        for item in input_items(request)
+        if item.get("type") == "custom_tool_call_output"
+    ]
+    assert outputs, stdout
+    events = events_of(stdout)
+    assert events[-1]["type"] == "turn.completed", stdout
+
+
 def test_models_answers_codex_with_its_catalog(tmp_path: Path) -> None:
     """Codex's catalog request gets `{"models": [...]}` with the fields Codex 0.171.0 requires; the OpenAI list
     shape is unchanged for everyone else."""
@@ -246,4 +279,5 @@ def test_models_answers_codex_with_its_catalog(tmp_path: Path) -> None:
     }
     assert all(isinstance(sim[name], kind) for name, kind in required.items()), sim
     assert sim["context_window"] == 131_072
+    assert sim["apply_patch_tool_type"] == "freeform"  # hotloop-sim follows Lark grammars
     assert plain.json()["object"] == "list" and "models" not in plain.json()

@@ -104,6 +104,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     sim_parallel_calls: int = 1
     sim_seed: int = 0
     sim_reasoning_tokens: int = 0
+    sim_prefer_tools: list[str] = msgspec.field(default_factory=list)
     sim_context_window: int = 131_072
     llama_threads: int = 0
     llama_n_ctx: int = 8192
@@ -202,6 +203,7 @@ HELP: dict[str, str] = {
     "backend_timeout_s": "Longest wait for the model's next token before the response fails (0: no limit).",
     "sim_ttft_ms": "hotloop-sim: time to first token in milliseconds.",
     "sim_tps": "hotloop-sim: output tokens per second.",
+    "sim_prefer_tools": "hotloop-sim: names of tools it calls before any other when a request offers them.",
     "sim_output_tokens": "hotloop-sim: length of a text answer in tokens.",
     "sim_tool_calls": "hotloop-sim: K, the function calls it makes in a conversation before answering.",
     "sim_parallel_calls": "hotloop-sim: calls per response when parallel_tool_calls is true.",

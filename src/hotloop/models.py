@@ -19,7 +19,7 @@ KNOWN_MODELS = (SMOLLM2, SIM)
 
 
 class Model:
-    __slots__ = ("backend", "chat", "context_window", "created", "id", "owned_by", "reasoning", "style")
+    __slots__ = ("backend", "chat", "context_window", "created", "grammars", "id", "owned_by", "reasoning", "style")
 
     def __init__(
         self,
@@ -30,8 +30,13 @@ class Model:
         *,
         takes_messages: bool = False,
         reasoning: ReasoningPrompt = NO_REASONING,
+        grammars: frozenset[str] = frozenset(),
     ) -> None:
         self.id = id
+        # The grammar syntaxes (lark, regex) whose custom tools' inputs this model is made to follow as it writes
+        # them; any other grammar is checked once the input is written (tools/grammar.py). Codex's catalog offers
+        # the freeform `apply_patch` to a model with `lark` (wire/codex_catalog.py).
+        self.grammars = grammars
         self.backend = backend
         self.chat = chat
         self.context_window = context_window
@@ -119,11 +124,14 @@ def build_registry(settings: Settings) -> ModelRegistry:
             parallel_calls=settings.sim_parallel_calls,
             seed=settings.sim_seed,
             reasoning_tokens=settings.sim_reasoning_tokens,
+            prefer=tuple(settings.sim_prefer_tools),
         )
         # hotloop-sim thinks as a `<think>` model does: its reasoning goes back into the prompt it renders.
         thinker = ReasoningPrompt(form="think")
         window = settings.sim_context_window
-        models[SIM] = Model(SIM, SimBackend(sim), chat, context_window=window, reasoning=thinker)
+        # hotloop-sim draws every custom input from its tool's grammar.
+        everything = frozenset({"lark", "regex"})
+        models[SIM] = Model(SIM, SimBackend(sim), chat, context_window=window, reasoning=thinker, grammars=everything)
     if SMOLLM2 in settings.models:
         from hotloop.backends.local.llama import LlamaBackend
 
@@ -132,7 +140,10 @@ def build_registry(settings: Settings) -> ModelRegistry:
             n_threads=settings.llama_threads or None,
             kv_cache_bytes=settings.llama_kv_cache_bytes,
         )
-        models[SMOLLM2] = Model(SMOLLM2, backend, chat, context_window=settings.llama_n_ctx)
+        # A regex grammar constrains its decoding (backends/local/guided.py); a Lark one is checked afterwards.
+        models[SMOLLM2] = Model(
+            SMOLLM2, backend, chat, context_window=settings.llama_n_ctx, grammars=frozenset({"regex"})
+        )
     for name, upstream in served.items():
         models[name] = _upstream_model(name, upstream, chat)
     return ModelRegistry(models, settings.default_model)

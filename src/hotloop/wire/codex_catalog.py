@@ -50,14 +50,17 @@ class CodexModel(msgspec.Struct):
     input_modalities: list[str] = msgspec.field(default_factory=lambda: ["text", "image"])
     truncation_policy: TruncationPolicy = msgspec.field(default_factory=TruncationPolicy)
     experimental_supported_tools: list[str] = msgspec.field(default_factory=list)
+    # `freeform`: Codex offers `apply_patch` as a custom tool with its Lark grammar, which the model's input must
+    # follow; given only for a model hotloop makes follow Lark grammars (otherwise Codex's default).
+    apply_patch_tool_type: Literal["freeform"] | msgspec.UnsetType = msgspec.UNSET
 
 
 class CodexCatalog(msgspec.Struct):
     models: list[CodexModel]
 
 
-def codex_catalog(models: list[tuple[str, int]]) -> CodexCatalog:
-    """The catalog for served models, given as (id, context window) in the server's order."""
+def codex_catalog(models: list[tuple[str, int, bool]]) -> CodexCatalog:
+    """The catalog for served models, given as (id, context window, follows Lark grammars) in the server's order."""
     return CodexCatalog(
         models=[
             CodexModel(
@@ -66,7 +69,8 @@ def codex_catalog(models: list[tuple[str, int]]) -> CodexCatalog:
                 description=f"{model_id}, served by hotloop",
                 context_window=context_window,
                 priority=rank,
+                apply_patch_tool_type="freeform" if lark else msgspec.UNSET,
             )
-            for rank, (model_id, context_window) in enumerate(models)
+            for rank, (model_id, context_window, lark) in enumerate(models)
         ]
     )

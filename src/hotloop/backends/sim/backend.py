@@ -42,7 +42,7 @@ from hotloop.backends.sim.schema_example import example_for_schema
 from hotloop.backends.sim.shell import command_field, shell_arguments
 from hotloop.backends.sim.words import WORDS
 from hotloop.chat.specs import ToolSpec
-from hotloop.tools.grammar import compile_grammar, sample
+from hotloop.tools.grammar import compile_grammar, matches, sample
 from hotloop.tools.registry import BY_KIND, SEARCH_KINDS
 
 # How many recent token sequences the simulated prefix cache remembers.
@@ -52,6 +52,8 @@ RNG_TAIL_TOKENS = 2048
 
 
 FAULT_KEY = "hotloop_sim_fault"
+# Codex's apply_patch format (V4A), creating a file as the typed apply_patch tool's sample does.
+ADD_FILE = "*** Begin Patch\n*** Add File: hotloop_sim_{n}.txt\n+hotloop-sim-{n}\n*** End Patch\n"
 
 
 class SimFault(Exception):
@@ -90,6 +92,7 @@ class SimSettings(msgspec.Struct, frozen=True):
     parallel_calls: int = 1
     seed: int = 0
     reasoning_tokens: int = 0  # a reasoning model: this many tokens of thinking before each answer or call
+    prefer: tuple[str, ...] = ()  # tool names called before any other when offered (setting sim_prefer_tools)
 
 
 REASONING = "reasoning"  # the plan's marker for the thinking that comes first
@@ -164,8 +167,9 @@ class SimBackend:
             count = max(1, self.settings.parallel_calls) if request.parallel_tool_calls else 1
             forced = [spec for spec in request.tools if spec.prompt_name == request.forced_tool]
             callable_ = [spec for spec in request.tools if spec.kind not in SEARCH_KINDS] or request.tools
-            # A shell-like tool, when one is offered, so that an agent's calls really run something.
-            pool = [spec for spec in callable_ if acts(spec)] or callable_
+            # A preferred tool, else a shell-like one, so that an agent's calls really run something.
+            preferred = [spec for spec in callable_ if spec.name in self.settings.prefer]
+            pool = preferred or [spec for spec in callable_ if acts(spec)] or callable_
             chosen = forced[:1] * count if forced else [rng.choice(pool) for _ in range(count)]
             first = request.calls_so_far + 1
             return [(spec, _pieces(_call_payload(spec, rng, first + i))) for i, spec in enumerate(chosen)]
@@ -260,7 +264,12 @@ def _call_payload(spec: ToolSpec, rng: random.Random, number: int) -> str:
     """A call's arguments; `number` counts the calls of the conversation (1-based) and names a shell call's marker."""
     if spec.freeform and spec.grammar is not None:  # a text its grammar accepts (tools/grammar.py)
         matcher = compile_grammar(spec.grammar)
-        return sample(matcher, rng) if not isinstance(matcher, str) else f"simulated input for {spec.name}"
+        if isinstance(matcher, str):
+            return f"simulated input for {spec.name}"
+        # A patch that creates hotloop_sim_<n>.txt when the grammar takes one (Codex's apply_patch does): the edit
+        # really happens, as the typed apply_patch's does; else any text the grammar accepts.
+        patch = ADD_FILE.format(n=number)
+        return patch if matches(matcher, patch) else sample(matcher, rng)
     if spec.freeform:
         return f"simulated input for {spec.name}"
     typed = BY_KIND.get(spec.kind)
