@@ -7,16 +7,18 @@ from typing import Any
 
 from hotloop.backends.base import GenerationRequest
 from hotloop.chat.specs import ToolSpec
+from hotloop.tools.lark_regex import lark_to_regex
 
 
 def _input(spec: ToolSpec) -> dict[str, Any]:
-    """A custom tool's input as a JSON string; a regex grammar is its pattern (matched whole, as OpenAI matches it;
-    the escaping inside the JSON string is the schema compiler's). A Lark grammar cannot be a JSON schema: the
-    server checks the input against it once written (tools/grammar.py)."""
+    """A custom tool's input as a JSON string; a regex grammar, or a Lark grammar without recursion (Codex's
+    `apply_patch`: tools/lark_regex.py), is its pattern, matched whole as OpenAI matches it (the escaping inside the
+    JSON string is the schema compiler's). Any other Lark grammar is checked once the input is written."""
     grammar = spec.grammar
-    if grammar is not None and grammar.syntax == "regex":
-        return {"type": "string", "pattern": f"^({grammar.definition})$"}
-    return {"type": "string"}
+    if grammar is None:
+        return {"type": "string"}
+    pattern = grammar.definition if grammar.syntax == "regex" else lark_to_regex(grammar.definition)
+    return {"type": "string", "pattern": f"^({pattern})$"} if pattern is not None else {"type": "string"}
 
 
 def output_schema(request: GenerationRequest) -> dict[str, Any] | None:
