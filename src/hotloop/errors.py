@@ -136,6 +136,14 @@ class RateLimited(HotloopError):
         self.headers = {"retry-after": str(max(1, math.ceil(round(retry_after_s, 3)))), **(headers or {})}
 
 
+class ServerBusy(HotloopError):
+    """503 for a create whose work cannot start in time (e.g. its grammars wait behind others' compiles)."""
+
+    status = 503
+    type = "server_error"
+    code = "server_is_overloaded"
+
+
 class ServerShuttingDown(HotloopError):
     """503 for a create that arrives while the server drains on SIGTERM; clients retry it elsewhere or later."""
 

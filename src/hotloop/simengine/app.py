@@ -5,6 +5,7 @@ test facilities GET /stats, GET /stats/requests, POST /stats/reset and POST /sim
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from array import array
 from collections.abc import AsyncGenerator, Sequence
@@ -21,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from hotloop.backends.base import Delta, Finished
 from hotloop.backends.sim.backend import SimFault
 from hotloop.ids import new_id
+from hotloop.simengine import constraints
 from hotloop.simengine import requests as req
 from hotloop.simengine.engine import Engine, Override, current_record
 from hotloop.simengine.native import GenerateChunks, LlamaCppChunks
@@ -65,7 +67,8 @@ def build_app(engine: Engine) -> Starlette:
         body: req.CompletionBody = req.decode(await request.body(), req.CompletionBody)
         tokens, kwargs = await _prompt(engine, req.single_prompt(body.prompt))
         kwargs["max_output_tokens"] = body.max_tokens
-        req.constrain(kwargs, req.schema_of(body))
+        so = body.structured_outputs or {}
+        await _constrain(engine, body, tokens, kwargs, so.get("structural_tag"))
         chunks = CompletionChunks(new_id("cmpl"), body.model or engine.settings.model, engine.writer())
         return await _run(engine, request, body, tokens, kwargs, chunks)
 
@@ -76,7 +79,10 @@ def build_app(engine: Engine) -> Starlette:
         raw = body.input_ids if body.input_ids is not None else body.text
         tokens, kwargs = await _prompt(engine, req.single_prompt(raw or ""))
         kwargs["max_output_tokens"] = body.sampling_params.max_new_tokens
-        req.constrain(kwargs, req.schema_of(body))
+        # SGLang picks json_schema, regex, ebnf, then structural_tag: the first set wins.
+        params = body.sampling_params
+        tag = params.structural_tag if params.json_schema is None and params.regex is None else None
+        await _constrain(engine, body, tokens, kwargs, tag if params.ebnf is None else None)
         return await _run(
             engine, request, body, tokens, kwargs, GenerateChunks(new_id("gen"), len(tokens), engine.writer())
         )
@@ -85,7 +91,8 @@ def build_app(engine: Engine) -> Starlette:
         body: req.LlamaCppBody = req.decode(await request.body(), req.LlamaCppBody)
         tokens, kwargs = await _prompt(engine, req.single_prompt(body.prompt))
         kwargs["max_output_tokens"] = body.n_predict if body.n_predict >= 0 else None
-        req.constrain(kwargs, req.schema_of(body))
+        lazy = body.grammar if body.grammar_lazy else None
+        await _constrain(engine, body, tokens, kwargs, None, lazy, body.grammar_triggers or [])
         return await _run(engine, request, body, tokens, kwargs, LlamaCppChunks(text=engine.writer()))
 
     async def responses(request: Request) -> Response:
@@ -177,6 +184,37 @@ async def _prompt(engine: Engine, prompt: str | array[int]) -> tuple[Sequence[in
         specs, calls = req.tools_in_prompt(prompt)
     kwargs = {"tools": specs, "tool_choice": "auto" if specs else "none", "calls_so_far": calls, "cache_output": True}
     return tokens, kwargs
+
+
+async def _constrain(
+    engine: Engine,
+    body: req.CompletionBody | req.GenerateBody | req.LlamaCppBody,
+    tokens: Sequence[int],
+    kwargs: dict[str, Any],
+    structural_tag: str | None,
+    gbnf: str | None = None,
+    triggers: Sequence[dict[str, Any]] = (),
+) -> None:
+    """The request's constrained decoding: its fields recorded as they came (GET /stats/requests), and the answer
+    kept to them, as an engine's masked decoding keeps it (constraints.py): a JSON schema makes it that bare JSON;
+    a custom tool's grammar in a structural tag or a lazy GBNF grammar makes the tool's input one drawn from it."""
+    fields = req.constraint_fields(body)
+    record = current_record.get()
+    if record is not None:
+        record.constraint = fields
+    schema = req.schema_of(body) if fields is not None else None
+    if constraints.needs_work(schema, structural_tag, gbnf):
+        rng = random.Random(engine.settings.seed * 1_000_003 + len(tokens))
+        lark = engine.settings.structural_tag_lark
+        got = await asyncio.to_thread(
+            constraints.resolve, schema, structural_tag, gbnf, triggers, kwargs["tools"], rng, lark
+        )
+        schema = got.schema
+        if got.grammars:
+            kwargs["tools"] = constraints.with_grammars(kwargs["tools"], got.grammars)
+        if got.forced is not None and any(spec.name == got.forced for spec in kwargs["tools"]):
+            kwargs.update(tool_choice="required", forced_tool=got.forced, thinking=False)
+    req.constrain(kwargs, schema)
 
 
 async def _run(

@@ -58,6 +58,13 @@ def add_sim_engine_parser(sub: argparse._SubParsersAction[argparse.ArgumentParse
     parser.add_argument(
         "--tokenizer", default=defaults.tokenizer, help="a tokenizer.json to use instead of SmolLM2's (its own ids)"
     )
+    parser.add_argument(
+        "--structural-tag-lark",
+        type=lambda value: value.lower() in ("1", "true", "yes", "on"),
+        default=defaults.structural_tag_lark,
+        help="a structural tag's grammar content may be Lark (xgrammar 0.2.9 on); false: refused with a 400, as "
+        "vLLM 0.32.0 refuses it",
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
 
 

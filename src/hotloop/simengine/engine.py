@@ -35,6 +35,9 @@ class EngineSettings(msgspec.Struct, frozen=True, kw_only=True):
     # harmony channels. `tokenizer`: a tokenizer.json to use instead of SmolLM2's (the model's own ids).
     output_format: str = "hermes"
     tokenizer: str = ""
+    # A structural tag's grammar content may be Lark (`"syntax": "lark"`, xgrammar 0.2.9 on); false: EBNF only, and a
+    # Lark one is refused with a 400, as vLLM 0.32.0 (xgrammar 0.2.8) refuses it.
+    structural_tag_lark: bool = True
 
 
 class Override(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -82,6 +85,10 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     output_ids: int = 0
     # The W3C trace context the request came with ("" without one): a gateway's trace reaches the engine.
     traceparent: str = ""
+    # A token-ID request's constrained-decoding fields exactly as they came (vLLM `response_format` /
+    # `structured_outputs`, SGLang `sampling_params` {json_schema, regex, ebnf, structural_tag}, llama.cpp
+    # `json_schema` / `grammar` / `grammar_lazy` / `grammar_triggers` / `preserved_tokens`); null without any.
+    constraint: dict[str, Any] | None = None
 
 
 REQUEST_LOG_ENTRIES = 4096

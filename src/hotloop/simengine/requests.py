@@ -77,11 +77,17 @@ class CompletionBody(msgspec.Struct):
     stream_options: StreamOptions | None = None
     max_tokens: int | None = 16  # OpenAI's default for /v1/completions
     response_format: dict[str, Any] | None = None  # vLLM's structured output
+    # vLLM's StructuredOutputsParams: one of json, regex, choice, grammar, json_object, structural_tag (a JSON
+    # string), with options; hotloop sends `structural_tag` for a custom tool's grammar.
+    structured_outputs: dict[str, Any] | None = None
 
 
 class SamplingParams(msgspec.Struct):
     max_new_tokens: int | None = 128  # SGLang's default
     json_schema: str | None = None  # a JSON schema, as a string
+    regex: str | None = None
+    ebnf: str | None = None
+    structural_tag: str | None = None  # xgrammar's structural tag, as a JSON string
 
 
 class GenerateBody(msgspec.Struct):
@@ -102,6 +108,10 @@ class LlamaCppBody(msgspec.Struct):
     n_predict: int = -1  # llama.cpp's default: until the end of generation
     stream: bool = False
     json_schema: dict[str, Any] | None = None
+    grammar: str | None = None  # GBNF; it wins over json_schema
+    grammar_lazy: bool | None = None  # free until a trigger, then the grammar from the trigger on
+    grammar_triggers: list[dict[str, Any]] | None = None  # {"type": 1 (word) | …, "value": …}
+    preserved_tokens: list[str] | None = None
     model: str = ""
     stream_options: StreamOptions | None = None
 
@@ -267,20 +277,67 @@ def text_format(body: ChatBody | CompletionBody) -> dict[str, Any]:
 def schema_of(body: CompletionBody | GenerateBody | LlamaCppBody) -> dict[str, Any] | None:
     """The JSON schema a token-ID request constrains its output to, if any (each engine names it its own way)."""
     if isinstance(body, CompletionBody):
+        so = body.structured_outputs or {}
+        if so.get("json_object"):
+            return {"type": "object"}
+        if so.get("json") is not None:
+            return _schema_text(so["json"], "structured_outputs.json")
         fmt = text_format(body)
         if fmt["type"] == "json_object":
             return {"type": "object"}
         schema = fmt.get("schema")
         return schema if isinstance(schema, dict) else None
     if isinstance(body, LlamaCppBody):
-        return body.json_schema
+        return body.json_schema if body.grammar is None else None  # llama.cpp: a grammar wins
     if body.sampling_params.json_schema is None:
         return None
+    return _schema_text(body.sampling_params.json_schema, "sampling_params.json_schema")
+
+
+def _schema_text(value: Any, param: str) -> dict[str, Any] | None:
+    if isinstance(value, dict):
+        return value
     try:
-        schema = json.loads(body.sampling_params.json_schema)
-    except ValueError:
-        raise BadRequest("json_schema is not valid JSON.", param="sampling_params.json_schema") from None
+        schema = json.loads(value)
+    except (TypeError, ValueError):
+        raise BadRequest("The JSON schema is not valid JSON.", param=param) from None
     return schema if isinstance(schema, dict) else None
+
+
+_VLLM_KINDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+_SGLANG_KINDS = ("json_schema", "regex", "ebnf")
+_LLAMACPP_FIELDS = ("json_schema", "grammar", "grammar_lazy", "grammar_triggers", "preserved_tokens")
+
+
+def constraint_fields(body: CompletionBody | GenerateBody | LlamaCppBody) -> dict[str, Any] | None:
+    """The request's constrained-decoding fields exactly as they came (GET /stats/requests `constraint`: tests
+    check each dialect's request), refused where the engine refuses them; None: an unconstrained request."""
+    if isinstance(body, CompletionBody):
+        so = body.structured_outputs
+        kinds = sum(1 for kind in _VLLM_KINDS if (so or {}).get(kind) is not None)
+        if body.response_format is not None and body.response_format.get("type", "text") != "text":
+            kinds += 1  # vLLM replaces structured_outputs' kind with it, then refuses two kinds
+        if kinds > 1:
+            raise BadRequest(
+                "You can only use one kind of structured outputs constraint but multiple are specified.",
+                param="structured_outputs",
+            )
+        if so is not None and not isinstance(so.get("structural_tag", ""), str):
+            raise BadRequest("structural_tag must be a string.", param="structured_outputs.structural_tag")
+        fields = {"response_format": body.response_format, "structured_outputs": so}
+    elif isinstance(body, GenerateBody):
+        params = body.sampling_params
+        if sum(1 for kind in _SGLANG_KINDS if getattr(params, kind) is not None) > 1:
+            raise BadRequest("Only one of regex, json_schema, or ebnf can be set.", param="sampling_params")
+        chosen = {kind: getattr(params, kind) for kind in (*_SGLANG_KINDS, "structural_tag")}
+        chosen = {kind: value for kind, value in chosen.items() if value is not None}
+        fields = {"sampling_params": chosen or None}
+    else:
+        if body.grammar_lazy and not body.grammar_triggers:
+            raise BadRequest("Error: no triggers set for lazy grammar!", param="grammar_triggers")
+        fields = {name: getattr(body, name) for name in _LLAMACPP_FIELDS}
+    fields = {name: value for name, value in fields.items() if value is not None}
+    return fields or None
 
 
 def constrain(kwargs: dict[str, Any], schema: dict[str, Any] | None) -> None:

@@ -10,6 +10,8 @@ bytes (a tokenizer of 256 single-byte tokens), so every engine and tokenizer is 
 from __future__ import annotations
 
 import random
+import threading
+import time
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from llguidance import LLMatcher, LLTokenizer
 
 MAX_DEFINITION = 64 * 1024  # bytes of a definition; past it the grammar is refused before anything compiles
+CHECK_BUDGET_S = 0.05  # the most one call's input check may spend on the event loop, in all
 _EOS = 256
 # Bounds on the compiler's own work (llguidance `LLParserLimits`): a hostile grammar fails instead of running long.
 _MAX_ITEMS_IN_ROW, _LEXER_FUEL, _MAX_GRAMMAR_SIZE = 2000, 2_000_000, 500_000
@@ -74,8 +77,36 @@ def _bytes() -> LLTokenizer:
 @lru_cache(maxsize=128)
 def compile_grammar(grammar: Grammar) -> LLMatcher | str:
     """The grammar's matcher at its start, or the compiler's message; kept for the next request with the same
-    grammar (a WebSocket continuation resends its tools every turn). Blocking (GIL released): off the event loop,
-    on a thread with a large stack (llguidance recurses on deeply nested rules: pipeline/grammars.py)."""
+    grammar (a WebSocket continuation resends its tools every turn). Blocking (GIL released): off the event loop
+    (pipeline/grammars.py). Whoever misses the cache (the door, or the builder and hotloop-sim for a grammar evicted
+    since), the compile runs on a thread of its own with a large stack: llguidance recurses on deeply nested rules
+    and overflows an 8 MB stack (a SIGSEGV that kills the server) on a chain of ~2,900 rules, under the size cap."""
+    box: list[LLMatcher | str | BaseException] = []
+
+    def run() -> None:
+        try:
+            box.append(_compile(grammar))
+        except BaseException as exc:  # raised to the caller, as a compile on its own thread would
+            box.append(exc)
+
+    with _STACK_LOCK:
+        previous = threading.stack_size(_COMPILE_STACK)
+        try:
+            thread = threading.Thread(target=run, name="hotloop-grammar-compile", daemon=True)
+            thread.start()
+        finally:
+            threading.stack_size(previous)
+    thread.join()
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
+_COMPILE_STACK = 64 * 1024 * 1024
+_STACK_LOCK = threading.Lock()
+
+
+def _compile(grammar: Grammar) -> LLMatcher | str:
     from llguidance import LLMatcher, LLParserLimits
 
     text = (
@@ -102,20 +133,28 @@ def compile_grammar(grammar: Grammar) -> LLMatcher | str:
 
 
 class InputCheck:
-    """A call's input checked against its grammar as it is written: each piece costs its own bytes."""
+    """A call's input checked against its grammar as it is written: each piece costs its own bytes. The check
+    runs where the input streams (the event loop), so its work is bounded: past `budget_s` in all (an ambiguous
+    grammar's steps grow with the input) the input counts as not verified, and the call ends `incomplete`."""
 
-    __slots__ = ("_matcher", "_ok")
+    __slots__ = ("_left", "_matcher", "_ok")
 
-    def __init__(self, matcher: LLMatcher) -> None:
+    def __init__(self, matcher: LLMatcher, budget_s: float = CHECK_BUDGET_S) -> None:
         self._matcher = matcher.deep_copy()
         self._ok = True
+        self._left = budget_s
 
     def feed(self, text: str) -> None:
-        if self._ok and text:
-            self._ok = self._matcher.consume_tokens(list(text.encode()))
+        if not self._ok or not text:
+            return
+        started = time.perf_counter()
+        self._ok = self._matcher.consume_tokens(list(text.encode()))
+        self._left -= time.perf_counter() - started
+        if self._left < 0:
+            self._ok = False  # not verified in time: never handed out as valid
 
     def matches(self) -> bool:
-        """Whether what was fed is a whole sentence of the grammar."""
+        """Whether what was fed is a whole sentence of the grammar (checked within the budget)."""
         return self._ok and self._matcher.is_accepting()
 
 

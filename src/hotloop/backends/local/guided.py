@@ -1,16 +1,24 @@
-"""Decoding constrained by llguidance in-process (SmolLM2 via llama.cpp): a custom tool's regex grammar, which
-llama.cpp's own JSON-schema converter cannot take (its regexes lack classes such as `\\d`, and a grammar it fails to
-parse brings the process down), is enforced by masking the logits with llguidance's mask for the model's own
-vocabulary. The schema is the call's (backends/output_schema.py); llguidance escapes the pattern inside the JSON
-string itself."""
+"""Decoding constrained by llguidance in-process (SmolLM2 via llama.cpp), for custom tools with grammars: their
+inputs are held to the grammar (a regex, or a Lark grammar as one regex: tools/lark_regex.py) inside the call's JSON
+(llguidance escapes the pattern in the JSON string itself) by masking the logits with llguidance's mask for the
+model's own vocabulary. llama.cpp's own JSON-schema converter cannot take these patterns (no `\\d`), and a grammar it
+fails to parse brings the process down.
+
+A forced call (`tool_choice` required) is held to its schema from the first token. Otherwise the constraint is
+lazy: the model writes freely until it opens a `<tool_call>` block; from there the call must be one of the offered
+tools' calls, with a valid input, up to `</tool_call>`; then it is free again.
+"""
 
 from __future__ import annotations
 
 import json
 import threading
+import warnings
 from typing import Any
 
 import numpy as np
+
+from hotloop.backends.toolcalls.text import CLOSE, OPEN
 
 _lock = threading.Lock()
 _tokenizers: dict[int, Any] = {}  # by id(llama): building one reads the whole vocabulary (~0.5 s)
@@ -22,41 +30,75 @@ def _tokenizer(llama: Any) -> Any:
     with _lock:
         found = _tokenizers.get(id(llama))
         if found is None:
-            vocab = llama._model.vocab  # llama-cpp-python's llama_vocab_p
-            found = _tokenizers[id(llama)] = lltokenizer_from_vocab(vocab)
+            with warnings.catch_warnings():  # it reads each token's attributes by a call llama-cpp-python deprecates
+                warnings.simplefilter("ignore", DeprecationWarning)
+                found = _tokenizers[id(llama)] = lltokenizer_from_vocab(llama._model.vocab)
         return found
 
 
-class GuidedLogits:
-    """A llama-cpp-python logits processor: before each token, the logits of the tokens the schema forbids are
-    -inf; the tokens sampled since the last call advance the matcher. Built per generation, on its thread."""
+def call_grammar(schema: dict[str, Any]) -> str:
+    """The rest of a `<tool_call>` block once it is open: a call the schema accepts, then the block's end."""
+    return f'start: /[ \\t\\n]*/ %json {json.dumps(schema)} /[ \\t\\n]*/ "{CLOSE}"'
 
-    def __init__(self, llama: Any, schema: dict[str, Any], prompt_length: int) -> None:
-        self._eos = int(llama.token_eos())
+
+class GuidedLogits:
+    """A llama-cpp-python logits processor: before each token, the logits of the tokens the constraint forbids are
+    -inf; the tokens sampled since the last call advance it. Built per generation, on its thread. `lazy`: armed
+    only inside a `<tool_call>` block."""
+
+    def __init__(self, llama: Any, schema: dict[str, Any], prompt_length: int, lazy: bool) -> None:
         from llguidance import LLMatcher
         from llguidance.numpy import allocate_token_bitmask
 
-        tokenizer = _tokenizer(llama)
-        grammar = LLMatcher.grammar_from_json_schema(json.dumps(schema))
-        self._matcher = LLMatcher(tokenizer, grammar, log_level=0)
-        if self._matcher.is_error():
-            raise ValueError(self._matcher.get_error())
-        self._mask = allocate_token_bitmask(1, tokenizer.vocab_size)
+        self._llama = llama
+        self._tokenizer = _tokenizer(llama)
+        self._eos = int(llama.token_eos())
+        self._lazy = lazy
+        self._grammar = (
+            LLMatcher.grammar_from_lark(call_grammar(schema))
+            if lazy
+            else LLMatcher.grammar_from_json_schema(json.dumps(schema))
+        )
+        self._matcher: Any = None if lazy else self._start()
+        self._mask = allocate_token_bitmask(1, self._tokenizer.vocab_size)
         self._seen = prompt_length
+        self._text = ""  # what was written since the last block closed (lazy)
+
+    def _start(self) -> Any:
+        from llguidance import LLMatcher
+
+        matcher = LLMatcher(self._tokenizer, self._grammar, log_level=0)
+        if matcher.is_error():
+            raise ValueError(matcher.get_error())
+        return matcher
 
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        from llguidance.numpy import apply_token_bitmask_inplace, fill_next_token_bitmask
-
         new = [int(token) for token in input_ids[self._seen :]]
         self._seen = len(input_ids)
-        if new:
+        if self._matcher is not None and new:
             self._matcher.consume_tokens(new)
-        if self._matcher.is_error():
-            return scores  # lost (a token llguidance refused): the server's own check judges the input
-        if self._matcher.is_stopped():  # the call is whole: only the end of the turn may follow
-            scores[:] = -np.inf
+        elif self._lazy and new:
+            self._watch(new)
+        matcher = self._matcher
+        if matcher is None or matcher.is_error():
+            return scores  # free text, or lost (a token llguidance refused): the server's check judges the input
+        if matcher.is_stopped():
+            if self._lazy:  # the block is closed: free again, until the next one opens
+                self._matcher, self._text = None, ""
+                return scores
+            scores[:] = -np.inf  # a forced call is the whole answer: only its end may follow
             scores[self._eos] = 0.0
             return scores
-        fill_next_token_bitmask(self._matcher, self._mask, 0)
+        from llguidance.numpy import apply_token_bitmask_inplace, fill_next_token_bitmask
+
+        fill_next_token_bitmask(matcher, self._mask, 0)
         apply_token_bitmask_inplace(scores, self._mask)
         return scores
+
+    def _watch(self, tokens: list[int]) -> None:
+        """Arm once the text opens a block at a token boundary (only whitespace after `<tool_call>`); a block opened
+        inside a token (`<tool_call>{`) stays free, and the server's check judges its input."""
+        self._text = (self._text + self._llama.detokenize(tokens).decode("utf-8", "replace"))[-64:]
+        at = self._text.rfind(OPEN)
+        if at >= 0 and not self._text[at + len(OPEN) :].strip():
+            self._matcher = self._start()

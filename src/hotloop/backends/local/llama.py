@@ -24,6 +24,7 @@ import threading
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from hotloop.backends.base import Delta, Finished, GenerationRequest
@@ -50,6 +51,24 @@ def _guided(request: GenerationRequest) -> bool:
     """Whether the offered tools hold a grammar llama.cpp's converter cannot take (a custom tool's regex): then
     llguidance masks the logits (guided.py) instead of a llama.cpp grammar."""
     return any(spec.grammar is not None for spec in request.tools)
+
+
+def _processors(llama: Any, request: GenerationRequest, prompt_length: int) -> list[Any] | None:
+    """llguidance's mask when a custom tool has a grammar: over the whole answer for a forced call, from the
+    opening of a `<tool_call>` block otherwise (tool_choice auto); None without one, or if it cannot be built."""
+    if not _guided(request) or request.tool_choice == "none":
+        return None
+    schema = output_schema(request)
+    lazy = schema is None
+    if lazy:  # every offered tool's call, any of them
+        schema = output_schema(msgspec.structs.replace(request, tool_choice="required", forced_tool=None))
+    if schema is None:
+        return None
+    try:
+        return [GuidedLogits(llama, schema, prompt_length, lazy)]
+    except Exception:  # a schema llguidance does not take: generate freely, the server's check judges the input
+        log.warning("could not build the guided decoding; generating without it", exc_info=True)
+        return None
 
 
 def _grammar(request: GenerationRequest) -> Any:
@@ -198,8 +217,7 @@ class LlamaBackend:
             budget = min(budget, request.max_output_tokens)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         grammar = _grammar(request)
-        schema = output_schema(request) if _guided(request) else None
-        processors = [GuidedLogits(llama, schema, len(tokens))] if schema is not None else None
+        processors = _processors(llama, request, len(tokens))
         count = 0
         reason = "stop"
         with self._lock:

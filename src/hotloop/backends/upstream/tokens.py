@@ -11,14 +11,20 @@ Dialects (the request and the streamed chunks; the URL is the server's base):
 - `llamacpp`: POST <url>/completion, `prompt` = ids, `cache_prompt`; the last chunk has `stop: true` and the
   cached prompt tokens in `timings.cache_n` (or `tokens_cached`).
 
+A forced call or a JSON text format goes as the engine's JSON-schema option; a custom tool's grammar as the engine's
+structural tag or lazy grammar (`constraints.py`, built only when a tool has one).
+
 The HTTP side (pooled client, replicas, retries before the first token, error mapping) is
 `client.UpstreamBackend`'s.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import AsyncGenerator, Hashable, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -29,6 +35,7 @@ from hotloop.backends.toolcalls.harmony import HarmonyParser
 from hotloop.backends.toolcalls.streaming import ToolParser, make_parser
 from hotloop.backends.toolcalls.text import ToolCalls
 from hotloop.backends.toolcalls.thinking import OPEN, ThinkParser
+from hotloop.backends.upstream import constraints
 from hotloop.backends.upstream.client import (
     Retryable,
     UpstreamBackend,
@@ -41,7 +48,12 @@ from hotloop.backends.upstream.prompt_json import PromptJSON
 from hotloop.chat.format import ChatFormat
 from hotloop.config import Upstream
 
+log = logging.getLogger(__name__)
 PATHS = {"vllm": "/completions", "sglang": "/generate", "llamacpp": "/completion"}
+_REFUSED_KEPT = 1024
+# An engine's refusal of a grammar constraint: an HTTP 400/422 before any output, or a failure naming it (SGLang
+# aborts a request whose grammar does not compile; llama.cpp fails one whose grammar it cannot parse).
+_REFUSAL_WORDS = ("grammar", "structural_tag", "structured_outputs", "json_schema")
 _decode = msgspec.json.Decoder().decode
 _decode_many = msgspec.json.Decoder(list[Any]).decode
 
@@ -56,12 +68,65 @@ class TokensBackend(UpstreamBackend):
         # A template whose generation prompt opens the think block: the output starts inside it.
         probe = chat.render_text([{"role": "user", "content": "x"}], add_generation_prompt=True)
         self._opens_think = probe.rstrip().endswith(OPEN)
+        # Sets of tools whose grammar constraint this engine refused (constraints.key): sent without it since.
+        self._refused: set[Hashable] = set()
+
+    @property
+    def calls(self) -> str:
+        """How the model writes tool calls: harmony's channels, or the tool parser's format."""
+        return "harmony" if self.upstream.reasoning_parser == "harmony" else self.upstream.tool_parser
 
     def body(self, request: GenerationRequest) -> dict[str, Any]:
         ids = self.prompts.encode(request.prompt_tokens, request.response_id, request.previous_response_id)
         upstream = self.upstream
-        keep_special = upstream.reasoning_parser == "harmony"  # its channels are special tokens
-        return request_body(upstream.dialect, self.model, request, upstream.context_window, ids, keep_special)
+        harmony = upstream.reasoning_parser == "harmony"  # its channels are special tokens
+        refused = bool(self._refused) and constraints.key(self.calls, request) in self._refused
+        return request_body(
+            upstream.dialect, self.model, request, upstream.context_window, ids, harmony, self.calls, refused
+        )
+
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
+        if request.tools and constraints.has_grammar(request):
+            return self._grammar_first(request)
+        return super().generate(request)
+
+    async def _grammar_first(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
+        """A request with a custom tool's grammar: the grammar in the engine's terms is built (and cached) off the
+        event loop before the body takes it (converting and checking a new grammar is CPU work). An engine that
+        refuses it before any output (an engine or version without that form: vLLM 0.32's xgrammar takes no Lark
+        in a structural tag) gets the turn again without it, and that set of tools is sent without it since: the
+        server's own check judges the input, as on an engine that cannot take grammars at all."""
+        upstream = self.upstream
+        key = constraints.key(self.calls, request)
+        refused = key in self._refused
+        schema = output_schema(request)
+        sent = await asyncio.to_thread(constraints.apply, upstream.dialect, self.calls, request, schema, refused)
+        started = False
+        try:
+            async with contextlib.aclosing(super().generate(request)) as deltas:
+                async for delta in deltas:
+                    started = True
+                    yield delta
+            return
+        except BackendError as exc:
+            if started or refused or not constraints.carries_grammar(*sent) or not _refusal(exc):
+                raise
+            log.warning(
+                "upstream %s refused a custom tool's grammar (%s); sending none for these tools", self.name, exc
+            )
+            if len(self._refused) >= _REFUSED_KEPT:
+                self._refused.clear()
+            self._refused.add(key)
+        started = False
+        try:
+            async with contextlib.aclosing(super().generate(request)) as deltas:
+                async for delta in deltas:
+                    started = True
+                    yield delta
+        except BackendError:
+            if not started:  # refused without the grammar too: it was not the grammar
+                self._refused.discard(key)
+            raise
 
     def reader(self, request: GenerationRequest) -> _Reader:
         parser: ToolParser = make_parser(self.upstream.tool_parser, request.tools, request.parallel_tool_calls)
@@ -85,9 +150,13 @@ def request_body(
     context_window: int,
     ids: msgspec.Raw | None = None,
     keep_special: bool = False,
+    calls: str = "hermes",
+    refused: bool = False,
 ) -> dict[str, Any]:
     """The engine's request: the prompt's ids (`ids`: already as JSON), the output budget, sampling and an output
-    schema if any; `keep_special`: the special tokens stay in the generated text (harmony's markers)."""
+    schema if any; `keep_special`: the special tokens stay in the generated text (harmony's markers); `calls`: how
+    the model writes tool calls (`harmony`, or the tool parser), for the custom tools' grammars; `refused`: the
+    engine refused this request's grammars before, none is sent."""
     prompt: msgspec.Raw | list[int] = ids if ids is not None else list(request.prompt_tokens)
     # SGLang refuses prompt + max_new_tokens >= its context length; vLLM and llama.cpp take the whole window.
     room = context_window - len(request.prompt_tokens) - (1 if dialect == "sglang" else 0)
@@ -99,6 +168,9 @@ def request_body(
         "frequency_penalty": request.frequency_penalty,
     }
     schema = output_schema(request)  # a forced call or a JSON text format: constrained decoding
+    grammar: dict[str, Any] | None = None  # custom tools' grammars, in the engine's terms (constraints.py)
+    if request.tools and constraints.has_grammar(request):
+        schema, grammar = constraints.apply(dialect, calls, request, schema, refused)
     if keep_special:  # vLLM and SGLang both take these; vLLM would otherwise put spaces around special tokens
         sampling["skip_special_tokens"] = False
         sampling["spaces_between_special_tokens"] = False
@@ -106,11 +178,15 @@ def request_body(
         sampling["max_new_tokens"] = budget
         if schema is not None:
             sampling["json_schema"] = json.dumps(schema)
+        if grammar is not None:
+            sampling.update(grammar)
         return {"input_ids": prompt, "sampling_params": sampling, "stream": True}
     if dialect == "llamacpp":
         body = {"prompt": prompt, "n_predict": budget, "stream": True, "cache_prompt": True, **sampling}
         if schema is not None:
             body["json_schema"] = schema
+        if grammar is not None:
+            body.update(grammar)
         return body
     body = {
         "model": model,
@@ -122,6 +198,8 @@ def request_body(
     }
     if schema is not None:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+    if grammar is not None:
+        body.update(grammar)
     return body
 
 
@@ -248,6 +326,13 @@ class _LlamaCppReader(_Reader):
             self.cached_tokens = cached if cached is not None else _int(chunk.get("tokens_cached")) or 0
         content = chunk.get("content")
         return content if isinstance(content, str) else ""
+
+
+def _refusal(exc: BackendError) -> bool:
+    message = str(exc)
+    if exc.code != "server_error":  # a rate limit, a prompt too long: not the grammar's doing
+        return False
+    return " answered 400" in message or " answered 422" in message or any(w in message for w in _REFUSAL_WORDS)
 
 
 READERS: dict[str, type[_Reader]] = {"vllm": _VLLMReader, "sglang": _SGLangReader, "llamacpp": _LlamaCppReader}
