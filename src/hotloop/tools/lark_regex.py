@@ -84,7 +84,7 @@ def _rules(definition: str) -> dict[str, str]:
     current: str | None = None
     for raw in definition.splitlines():
         line = raw.rstrip()
-        if not line.strip() or line.lstrip().startswith("//"):  # a comment line (a regex may hold `//`)
+        if not line.strip() or line.lstrip().startswith(("//", "#")):  # a comment line (a regex may hold `//`)
             continue
         if line.lstrip().startswith("%import"):
             for name in re.findall(r"common\.(\w+)", line):
