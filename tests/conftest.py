@@ -28,6 +28,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "exhaustive: checks every case (every BMP character, every token); `make test` only"
     )
+    config.addinivalue_line(
+        "markers", "vllm: the vLLM tier (`make test-vllm`: a real vLLM on the CPU); runs only when selected with -m"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The vLLM tier needs vLLM installed (scripts/vllm_cpu.py, minutes the first time): its tests run only when a
+    `-m` expression names it (`make test-vllm`), and are skipped in a plain run."""
+    if "vllm" in config.getoption("markexpr"):
+        return
+    skip = pytest.mark.skip(reason="the vLLM tier: make test-vllm (pytest -m vllm)")
+    for item in items:
+        if item.get_closest_marker("vllm") is not None:
+            item.add_marker(skip)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
