@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import base64
-import io
 import json
 import time
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from PIL import Image
 
 from conftest import RunningServer
 from http_support import TIME_TOOL, calls, check_sequence, error_of, output_text, sdk_json, stream_create
+from media_support import png_data_url
 from schema import check_response
 
 SIM = "hotloop-sim"
@@ -30,12 +29,6 @@ def count(server: RunningServer, **body: Any) -> int:
     assert reply.status_code == 200, reply.text
     tokens: int = reply.json()["input_tokens"]
     return tokens
-
-
-def png_data_url(width: int, height: int) -> str:
-    buffer = io.BytesIO()
-    Image.new("RGB", (width, height), (200, 30, 30)).save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 # -- generation limits and echoed parameters -----------------------------------------------------------------------

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import base64
-import io
 import json
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from PIL import Image
 
 from examples_support import examples
 from hotloop.backends.base import ToolCallDelta, ToolCallStart
@@ -31,6 +29,7 @@ from hotloop.wire.items import (
     Message,
     OutputText,
 )
+from media_support import png_data_url
 from render_support import PATCH, TEXT, TOOLS, WEATHER, conversations
 
 pytestmark = pytest.mark.fast  # the fast tier: `make unit-fast`
@@ -48,12 +47,6 @@ def items(*raw: dict[str, Any]) -> list[ContextItem]:
         assert not hasattr(item, "id") or item.id is not None  # normalization labels items
         out.append(item)  # type: ignore[arg-type]
     return out
-
-
-def png_data_url(width: int, height: int) -> str:
-    buffer = io.BytesIO()
-    Image.new("RGB", (width, height), (200, 30, 30)).save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 # -- chat_messages --------------------------------------------------------------------------------------------------

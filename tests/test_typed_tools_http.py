@@ -5,11 +5,7 @@ openai-python's types (the Open Responses schema has none for these items and ev
 
 from __future__ import annotations
 
-import base64
 import json
-import struct
-import zlib
-from functools import cache
 from typing import Any
 
 import openai
@@ -30,6 +26,7 @@ from openai.types.responses import (
 from pydantic import TypeAdapter
 
 from conftest import RunningServer, stored_counts
+from media_support import png_data_url
 from metrics_support import scrape
 from openai_types_support import openai_typed
 from websocket_sdk_support import ws_client
@@ -44,19 +41,6 @@ KINDS: dict[str, tuple[dict[str, Any], str, type[Any]]] = {
     "apply_patch": ({"type": "apply_patch"}, "apply_patch_call", ResponseApplyPatchToolCall),
     "computer": ({"type": "computer"}, "computer_call", ResponseComputerToolCall),
 }
-
-
-@cache
-def png_data_url(size: int = 8) -> str:
-    """A real PNG (red, `size` by `size`), made with zlib and struct."""
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
-
-    rows = b"".join(b"\x00" + b"\xc8\x1e\x1e" * size for _ in range(size))
-    header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
-    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
-    return "data:image/png;base64," + base64.b64encode(png).decode()
 
 
 def answer(call: dict[str, Any], local_by: str = "id") -> dict[str, Any]:

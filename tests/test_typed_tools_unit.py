@@ -4,11 +4,8 @@ their replay, and a compaction that carries the items."""
 
 from __future__ import annotations
 
-import base64
 import json
 import random
-import struct
-import zlib
 from typing import Any
 
 import msgspec
@@ -44,23 +41,12 @@ from hotloop.wire.tool_items import (
     ShellOutcome,
     ShellOutput,
 )
+from media_support import png_data_url
 from openai_types_support import openai_typed
 
 pytestmark = pytest.mark.fast  # the fast tier: `make unit-fast`
 
 SECRET = b"s" * 32
-
-
-def png_data_url(size: int = 8) -> str:
-    """A real PNG (grey, `size` by `size`), made with zlib and struct."""
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
-
-    rows = b"".join(b"\x00" + b"\x80" * size for _ in range(size))
-    header = struct.pack(">IIBBBBB", size, size, 8, 0, 0, 0, 0)
-    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
-    return "data:image/png;base64," + base64.b64encode(png).decode()
 
 
 def exact(model: type[BaseModel], raw: dict[str, Any]) -> BaseModel:
