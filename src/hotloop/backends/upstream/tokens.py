@@ -58,6 +58,15 @@ _decode = msgspec.json.Decoder().decode
 _decode_many = msgspec.json.Decoder(list[Any]).decode
 
 
+class _Attempt:
+    """Whether a try at the engine gave any output: a refusal counts only before it."""
+
+    __slots__ = ("started",)
+
+    def __init__(self) -> None:
+        self.started = False
+
+
 class TokensBackend(UpstreamBackend):
     def __init__(self, name: str, upstream: Upstream, chat: ChatFormat) -> None:
         super().__init__(name, upstream)
@@ -101,15 +110,13 @@ class TokensBackend(UpstreamBackend):
         refused = key in self._refused
         schema = output_schema(request)
         sent = await asyncio.to_thread(constraints.apply, upstream.dialect, self.calls, request, schema, refused)
-        started = False
+        first = _Attempt()
         try:
-            async with contextlib.aclosing(super().generate(request)) as deltas:
-                async for delta in deltas:
-                    started = True
-                    yield delta
+            async for delta in self._relay(request, first):
+                yield delta
             return
         except BackendError as exc:
-            if started or refused or not constraints.carries_grammar(*sent) or not _refusal(exc):
+            if first.started or refused or not constraints.carries_grammar(*sent) or not _refusal(exc):
                 raise
             log.warning(
                 "upstream %s refused a custom tool's grammar (%s); sending none for these tools", self.name, exc
@@ -117,16 +124,21 @@ class TokensBackend(UpstreamBackend):
             if len(self._refused) >= _REFUSED_KEPT:
                 self._refused.clear()
             self._refused.add(key)
-        started = False
+        again = _Attempt()
         try:
-            async with contextlib.aclosing(super().generate(request)) as deltas:
-                async for delta in deltas:
-                    started = True
-                    yield delta
+            async for delta in self._relay(request, again):
+                yield delta
         except BackendError:
-            if not started:  # refused without the grammar too: it was not the grammar
+            if not again.started:  # refused without the grammar too: it was not the grammar
                 self._refused.discard(key)
             raise
+
+    async def _relay(self, request: GenerationRequest, attempt: _Attempt) -> AsyncGenerator[Delta, None]:
+        """One try at the engine (the body built now, the refusals as they stand), noting its first output."""
+        async with contextlib.aclosing(super().generate(request)) as deltas:
+            async for delta in deltas:
+                attempt.started = True
+                yield delta
 
     def reader(self, request: GenerationRequest) -> _Reader:
         parser: ToolParser = make_parser(self.upstream.tool_parser, request.tools, request.parallel_tool_calls)
