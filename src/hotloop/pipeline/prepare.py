@@ -172,10 +172,12 @@ def _searches(tools: ToolSet) -> bool:
 
 
 def _loaded(tools: ToolSet, inputs: Inputs) -> list[ToolSpec]:
-    """The tools that searches (of the deferred tools) and `additional_tools` items in the context loaded."""
-    items = [*inputs.prior.context, *inputs.fresh]
-    if not loads(items):
+    """The tools that searches (of the deferred tools) and `additional_tools` items in the context loaded. The
+    context is looked over without a copy (most turns load nothing)."""
+    context, fresh = inputs.prior.context, inputs.fresh
+    if not (loads(fresh) or loads(context)):
         return []
+    items = [*context, *fresh]
     return [*loaded(items, tools.deferred), *added(items)]
 
 
