@@ -37,9 +37,10 @@ from typing import Any
 import httpx
 import psutil
 
-from hotloop.bench.agent_loop import AgentLoopConfig, request_fields, run_rollout
+from hotloop.bench.agent_config import AgentLoopConfig, request_fields
 from hotloop.bench.clients import MODES, BenchError, open_client
 from hotloop.bench.progress import Progress
+from hotloop.bench.rollout import run_rollout
 from hotloop.bench.scenario import Rollout, tool_text
 from hotloop.bench.server_process import free_port, process_cpu_seconds
 from hotloop.bench.stats import median, ratio

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from hotloop.bench.agent_loop import TurnRecord
+from hotloop.bench.agent_records import TurnRecord
 from hotloop.bench.clients import BenchError
 
 pytestmark = pytest.mark.fast  # the fast tier: `make unit-fast`

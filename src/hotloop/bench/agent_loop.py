@@ -1,141 +1,24 @@
-"""The agent-loop scenario: scripted Codex-like rollouts per mode, timed per turn against the physical limit."""
+"""The agent-loop scenario: scripted Codex-like rollouts per mode, timed per turn against the physical limit. The
+client-run rollouts are bench/rollout.py's, mode `mcp`'s bench/mcp_loop.py's; this module runs them all and sums
+them up."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-import uuid
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
+from hotloop.bench.agent_config import AgentLoopConfig, request_fields
+from hotloop.bench.agent_records import RunRecord
 from hotloop.bench.chars import chars_per_token
-from hotloop.bench.clients import BenchError, ModeClient, open_client
+from hotloop.bench.clients import BenchError, open_client
 from hotloop.bench.progress import Progress
-from hotloop.bench.scenario import (
-    CLIENT_CALLS,
-    INSTRUCTIONS,
-    MODEL,
-    USER_TASK,
-    Rollout,
-    sim_metadata,
-    tool_set,
-    user_message,
-)
+from hotloop.bench.rollout import run_rollout
+from hotloop.bench.scenario import USER_TASK, Rollout, tool_set, user_message
 from hotloop.bench.stats import median, ratio
 
 if TYPE_CHECKING:
     from hotloop.bench.mcp_tools import McpToolProcess
-
-
-@dataclass(frozen=True)
-class AgentLoopConfig:
-    turns: int
-    context_tokens: int
-    tps: float
-    tool_ms: float
-    ttft_ms: float = 20.0
-    # A reasoning model: tokens of thinking before each call and the answer (hotloop-sim), model time like any
-    # output token; its reasoning items are rendered back into the tool chain's prompts.
-    reasoning_tokens: int = 0
-    # A long session (docs/benchmarks.md): compact past this many prompt tokens (`context_management`); the tool
-    # outputs then have a fixed size, so that the whole session holds `context_tokens` however often it compacts.
-    compact_threshold: int | None = None
-    modes: tuple[str, ...] = ("http-full", "http-chain", "ws")
-    runs: int = 1
-    warmup: bool = True
-    model: str = MODEL
-    # --upstream: hotloop in front of an engine. Its model time is prefill of the uncached prompt tokens at this
-    # cost plus decode at `tps` (sim-engine's cost model); `ttft_ms` is then not used.
-    upstream: str | None = None
-    prefill_us_per_token: float = 0.0
-    tool_choice: str = "auto"  # "required" for a real model that must call a tool every turn
-    # A real model's sampling: a small model at temperature 1 can ramble inside a forced call until its budget ends.
-    temperature: float | None = None
-    max_output_tokens: int | None = None
-    # --mcp: the tool also runs as an MCP server that hotloop calls itself, every step inside one response (mode
-    # `mcp`, after `ws`, whose tool outputs it returns).
-    mcp: bool = False
-    mcp_json_response: bool = False  # the MCP server answers with JSON bodies, not event streams
-    # --tools: the tool sets each mode runs with, side by side (scenario.TOOL_SETS): `function` (shell and
-    # apply_patch as function tools) and `typed` (the typed `shell` and `apply_patch` tools; the mode's label
-    # gets `+typed`).
-    tools: tuple[str, ...] = ("function",)
-    # --deferred: this many more function tools marked `defer_loading`, and a server-run `tool_search`: the
-    # rollout's first model call is a search that loads some of them, inside the first turn's response.
-    deferred: int = 0
-
-
-@dataclass
-class TurnRecord:
-    turn: int
-    context_tokens: int  # usage.input_tokens
-    output_tokens: int
-    ttft_ms: float | None  # request handed to the socket → first output delta
-    turn_ms: float  # request handed to the socket → terminal event
-    # The model's time: the engine's own when it reports one (llama.cpp's server), else the modelled ttft + decode.
-    model_ms: float
-    overhead_ms: float  # turn_ms - model_ms: everything that is not model time
-    tool_ms: float  # measured time of the tool that answered this turn's call (0 on the last turn)
-    timings: dict[str, Any] | None = None  # the server's `hotloop:timing_metrics` event, as sent
-    cached_tokens: int = 0  # prompt tokens the engine found in its prefix cache
-    compacted: bool = False  # the turn compacted its context first (its output opens with a compaction item)
-    output_chars: int = 0  # the size of the tool output that answered this turn's call (0 on the last turn)
-    # The call the client answered: its item type (`shell_call`, `apply_patch_call`), `function_call:<name>`
-    # for a function tool; "" on the last turn.
-    call: str = ""
-    searches: int = 0  # server-run tool searches inside the turn's response (each a generation of its own)
-    loaded_tools: int = 0  # the tools those searches loaded
-
-
-@dataclass
-class RunRecord:
-    mode: str
-    run: int
-    e2e_ms: float
-    physical_ms: float  # model time + nominal tool time: the floor
-    turns: list[TurnRecord] = field(default_factory=list)
-    mcp: dict[str, Any] | None = None  # mode `mcp`: the loop's steps as hotloop and the MCP server measured them
-
-
-def model_ms(ttft_ms: float, tps: float, output_tokens: int, generations: int = 1) -> float:
-    """When the simulator's last token is due: the first at ttft, token n (0-based) at ttft + n / tps; a response
-    of several generations (a server-run tool search, then the call) pays each one's ttft."""
-    return generations * ttft_ms + max(0, output_tokens - generations) / tps * 1000.0
-
-
-def turn_model_ms(
-    config: AgentLoopConfig, input_tokens: int, cached_tokens: int, output_tokens: int, generations: int = 1
-) -> float:
-    """The model's time for one turn: the simulator's fixed ttft, or an upstream engine's prefill of what its
-    prefix cache did not hold, then decode."""
-    if config.upstream is None:
-        return model_ms(config.ttft_ms, config.tps, output_tokens, generations)
-    prefill = max(0, input_tokens - cached_tokens) * config.prefill_us_per_token / 1000.0
-    return prefill + max(0, output_tokens - generations) / config.tps * 1000.0
-
-
-def request_fields(config: AgentLoopConfig, tools: str | None = None) -> dict[str, Any]:
-    """What every request of a rollout carries; `tools`: the tool set (the first of `config.tools` if None)."""
-    # hotloop-sim's call budget counts the first turn's tool search as one of the context's calls.
-    calls = config.turns - 1 + (1 if config.deferred else 0)
-    fields: dict[str, Any] = {
-        "model": config.model,
-        "instructions": INSTRUCTIONS,
-        "tools": tool_set(tools or config.tools[0], config.deferred),
-        "tool_choice": config.tool_choice,
-        "parallel_tool_calls": False,
-        "metadata": sim_metadata(config.ttft_ms, config.tps, calls),
-    }
-    if config.reasoning_tokens:
-        fields["metadata"]["sim_reasoning_tokens"] = str(config.reasoning_tokens)
-    if config.compact_threshold is not None:
-        fields["context_management"] = [{"type": "compaction", "compact_threshold": config.compact_threshold}]
-    if config.temperature is not None:
-        fields["temperature"] = config.temperature
-    if config.max_output_tokens is not None:
-        fields["max_output_tokens"] = config.max_output_tokens
-    return fields
 
 
 def label(mode: str, tools: str) -> str:
@@ -151,80 +34,6 @@ def rollouts(config: AgentLoopConfig) -> list[tuple[str, str, str]]:
         for mode in config.modes
         for tools in (("function",) if mode == "mcp" else config.tools)
     ]
-
-
-async def run_rollout(
-    client: ModeClient,
-    rollout: Rollout,
-    config: AgentLoopConfig,
-    run: int,
-    progress: Progress,
-    name: str | None = None,
-) -> RunRecord:
-    """One scripted rollout: every turn but the last calls a tool, the client runs it (sleeps) and answers; `name`
-    labels it (the client's mode if None)."""
-    name = name or client.mode
-    record = RunRecord(mode=name, run=run, e2e_ms=0.0, physical_ms=0.0)
-    items = rollout.first_input()
-    if config.upstream is not None or config.compact_threshold is not None:
-        # A new session's own first message: the engine's prefix cache may hold the shared system prompt, not an
-        # earlier run's conversation (every run replays the same texts); a long session reports its cache share.
-        items = [user_message(f"Session {uuid.uuid4().hex[:12]}.\n{USER_TASK}")]
-    first_context: int | None = None
-    start = time.perf_counter()
-    for turn in range(rollout.turns):
-        progress.update(f"agent-loop run {run + 1}/{config.runs} {name:<10} turn {turn + 1}/{rollout.turns}")
-        result = await client.turn(items)
-        if result.status != "completed":
-            raise BenchError(f"{name} turn {turn}: response {result.response_id} is {result.status}")
-        calls = [item for item in result.output if item.get("type") in CLIENT_CALLS]
-        # A server-run tool search: its output item, then a generation of its own (each item once per turn).
-        searches = [item for item in result.output if item.get("type") == "tool_search_output"]
-        compacted = bool(result.output) and result.output[0].get("type") == "compaction"
-        generations = 1 + len(searches)
-        own = turn_model_ms(config, result.input_tokens, result.cached_tokens, result.output_tokens, generations)
-        if compacted and config.upstream is None:  # the summary is a generation of its own: its first token too
-            own += config.ttft_ms
-        engine = (result.timings or {}).get("engine")
-        # The engine reported its own time: the real model time, not a model. (A response of several generations
-        # on hotloop-sim, a tool search's, reports an `engine` of 0: none of them had an engine clock.)
-        if isinstance(engine, int | float) and engine > 0:
-            own = float(engine)
-        entry = TurnRecord(
-            turn=turn,
-            context_tokens=result.input_tokens,
-            output_tokens=result.output_tokens,
-            ttft_ms=None if result.ttft_s is None else result.ttft_s * 1000.0,
-            turn_ms=result.turn_s * 1000.0,
-            model_ms=own,
-            overhead_ms=result.turn_s * 1000.0 - own,
-            tool_ms=0.0,
-            timings=result.timings,
-            cached_tokens=result.cached_tokens,
-            compacted=compacted,
-            searches=len(searches),
-            loaded_tools=sum(len(item.get("tools") or ()) for item in searches),
-        )
-        record.turns.append(entry)
-        if turn == rollout.turns - 1:
-            break
-        if not calls:
-            raise BenchError(f"{name} turn {turn}: expected a tool call, got {result.output!r}"[:500])
-        if first_context is None:
-            first_context = result.input_tokens
-        tool_start = time.perf_counter()  # the tool's time includes producing its output
-        chars = rollout.output_chars(turn, first_context, result.input_tokens, result.output_tokens)
-        call = calls[0]
-        items = [rollout.tool_output(turn, call, chars)]
-        entry.output_chars = chars
-        entry.call = f"function_call:{call.get('name')}" if call["type"] == "function_call" else call["type"]
-        deadline = tool_start + config.tool_ms / 1000.0
-        while (remaining := deadline - time.perf_counter()) > 0:  # uvloop's ms timers may wake a little early
-            await asyncio.sleep(remaining)
-        entry.tool_ms = (time.perf_counter() - tool_start) * 1000.0
-    record.e2e_ms = (time.perf_counter() - start) * 1000.0
-    record.physical_ms = sum(t.model_ms for t in record.turns) + config.tool_ms * (len(record.turns) - 1)
-    return record
 
 
 async def run_agent_loop(
@@ -334,7 +143,7 @@ async def _one_run(
     mcp_server: McpToolProcess | None,
 ) -> RunRecord:
     if mode == "mcp":
-        from hotloop.bench.mcp_loop import run_mcp_rollout
+        from hotloop.bench.mcp_loop import run_mcp_rollout  # the MCP SDK loads only for mode mcp
 
         assert mcp_server is not None
         ws = next(r for r in reversed(earlier) if r.mode == "ws" and r.run == run)  # this run's client-run rollout

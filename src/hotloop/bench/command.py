@@ -16,7 +16,7 @@ from hotloop.bench.scenario import HISTORY_SHAPES, TOOL_SETS
 from hotloop.config import Upstream, available_cores
 
 if TYPE_CHECKING:
-    from hotloop.bench.agent_loop import AgentLoopConfig
+    from hotloop.bench.agent_config import AgentLoopConfig
     from hotloop.bench.load_config import LoadConfig
     from hotloop.bench.progress import Progress
     from hotloop.bench.recording import Recording
@@ -349,7 +349,8 @@ def run_bench(args: argparse.Namespace) -> int:
     failed = False
     try:
         if args.scenario == "agent-loop":
-            from hotloop.bench.agent_loop import AgentLoopConfig, run_agent_loop
+            from hotloop.bench.agent_config import AgentLoopConfig
+            from hotloop.bench.agent_loop import run_agent_loop
 
             config = AgentLoopConfig(
                 turns=args.turns,

@@ -16,12 +16,12 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from hotloop.bench.agent_loop import model_ms, run_rollout
 from hotloop.bench.chars import chars_per_token
 from hotloop.bench.clients import BenchError, WsClient
 from hotloop.bench.cores import cores_of, limit
 from hotloop.bench.load_config import LoadConfig, loop_config, session_fields
 from hotloop.bench.progress import Progress
+from hotloop.bench.rollout import model_ms, run_rollout
 from hotloop.bench.scenario import Rollout
 from hotloop.bench.stats import median, percentile, ratio
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hotloop.bench.agent_loop import AgentLoopConfig, request_fields
+from hotloop.bench.agent_config import AgentLoopConfig, request_fields
 
 
 @dataclass(frozen=True)

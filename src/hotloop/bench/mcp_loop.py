@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from hotloop.bench.agent_loop import AgentLoopConfig, RunRecord, TurnRecord, request_fields
+from hotloop.bench.agent_config import AgentLoopConfig, request_fields
+from hotloop.bench.agent_records import RunRecord, TurnRecord
 from hotloop.bench.clients import BenchError, open_client
 from hotloop.bench.mcp_tools import LABEL
 from hotloop.bench.scenario import Rollout, user_message

@@ -13,11 +13,11 @@ from typing import Any, cast
 
 import msgspec
 
-from hotloop.bench.agent_loop import run_rollout
 from hotloop.bench.chars import chars_per_token
 from hotloop.bench.clients import TERMINAL, WsClient, kind_of
 from hotloop.bench.load_config import LoadConfig, loop_config, session_fields
 from hotloop.bench.progress import Progress
+from hotloop.bench.rollout import run_rollout
 from hotloop.bench.scenario import Rollout
 
 

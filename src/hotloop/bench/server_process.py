@@ -13,12 +13,9 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Protocol, Self
 
 import httpx
-
-if TYPE_CHECKING:
-    from hotloop.bench.recording import Recording
 
 
 def free_port() -> int:
@@ -118,11 +115,18 @@ class ServerProcess(ChildServer):
         self._spawn(command, env)
 
 
+class Saveable(Protocol):
+    """What the floor server's process needs of its script (bench/recording.py `Recording`): to write itself to a
+    file the server reads."""
+
+    def save(self, path: Path) -> None: ...
+
+
 class FloorProcess(ChildServer):
     """The floor server (bench/floor.py) replaying `recording`, as hotloop's process is run: same interpreter, same
     environment, its own process."""
 
-    def __init__(self, recording: Recording, cpus: frozenset[int] | None = None) -> None:
+    def __init__(self, recording: Saveable, cpus: frozenset[int] | None = None) -> None:
         super().__init__("hotloop-floor-", cpus)
         path = self.directory / "recording.json"
         recording.save(path)

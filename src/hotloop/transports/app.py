@@ -34,7 +34,7 @@ def build_service(settings: Settings) -> Service:
     from hotloop.pipeline.state.shared_limits import LimitTable
     from hotloop.sealing import load_secret
     from hotloop.stores.url import open_store
-    from hotloop.transports.workers import worker_share
+    from hotloop.transports.worker_share import worker_share
 
     data_dir = settings.resolved_data_dir()
     store = open_store(settings)  # docs/stores.md

@@ -30,20 +30,18 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import NamedTuple
 
 import msgspec
 
 from hotloop.config import Settings, available_cores
 from hotloop.observability.metrics import SHARED_DIR_ENV
 from hotloop.pipeline.state.shared_limits import LimitTable
+from hotloop.transports.worker_share import INDEX_ENV, LIMITS_FILE, SHARE_ENV
 
 log = logging.getLogger("hotloop.workers")
 
 SOCKET_ENV = "HOTLOOP_WORKER_SOCKET_FD"
 PARENT_ENV = "HOTLOOP_WORKER_PARENT_PID"
-SHARE_ENV = "HOTLOOP_WORKER_SHARE"  # the directory the workers share
-INDEX_ENV = "HOTLOOP_WORKER_INDEX"  # this worker's place, 0 to workers - 1 (a restarted worker takes its own)
 STARTUP_FAILURE = 3  # a worker's exit code when its server never started (uvicorn uses the same)
 # Beyond shutdown_grace_s, before a worker that has not exited is killed: its drain's own waits, the ledger's
 # drain (up to 30 s when the store is slow) and some slack.
@@ -68,19 +66,6 @@ def bind_socket(settings: Settings, backlog: int = 2048) -> socket.socket:
     return sock
 
 
-class WorkerShare(NamedTuple):
-    limits: Path  # the limit table's file
-    worker: int
-
-
-def worker_share() -> WorkerShare | None:
-    """What this process shares with the other workers; None outside a supervisor."""
-    share, index = os.environ.get(SHARE_ENV), os.environ.get(INDEX_ENV)
-    if not share or index is None:
-        return None
-    return WorkerShare(Path(share) / "limits", int(index))
-
-
 class Supervisor:
     def __init__(self, settings: Settings, sock: socket.socket) -> None:
         self.settings = settings
@@ -91,8 +76,8 @@ class Supervisor:
         self.share = Path(tempfile.mkdtemp(prefix="hotloop-workers-"))
         self.metrics_dir = self.share / "metrics"
         self.metrics_dir.mkdir()
-        LimitTable.create(self.share / "limits", settings.workers)
-        self.limits = LimitTable(self.share / "limits", 0)
+        LimitTable.create(self.share / LIMITS_FILE, settings.workers)
+        self.limits = LimitTable(self.share / LIMITS_FILE, 0)
         # llama.cpp's default of every core per process would have N workers fight over the cores: each gets its share.
         threads = settings.llama_threads or max(1, available_cores() // settings.workers)
         self._settings_json = msgspec.json.encode(msgspec.structs.replace(settings, workers=1, llama_threads=threads))
