@@ -17,7 +17,7 @@ from pathlib import Path
 PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("client socket writes", ("FrameWriter._flush", "httptools_impl.py", "transports/sse.py")),
     ("upstream request write", ("_Connection.send", "Pool.post", "http_writer.py")),
-    ("upstream stream read", ("upstream/http1.py", "upstream/sse.py", "client_proto.py", "aiohttp/streams.py")),
+    ("upstream stream read", ("net/http1.py", "upstream/sse.py", "client_proto.py", "aiohttp/streams.py")),
     ("upstream chunk decode", ("upstream/chat.py", "upstream/tokens.py", "chat.py", "tokens.py:")),
     ("tool-call parsing", ("streaming.py", "toolcalls", "hermes")),
     ("tokenizing", ("rust_tokenizer.py", "tokenizer", "incremental.py")),

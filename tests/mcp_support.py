@@ -2,7 +2,9 @@
 
 One uvicorn server on a thread (`McpServers`) serves, on one free port:
 
-    /mcp         MCPServer's TOOLS over streamable HTTP
+    /mcp         MCPServer's TOOLS over streamable HTTP, each answer an event stream
+    /json/mcp    the same tools, each answer a JSON body (the server's `json_response`)
+    /stateless/mcp  the same tools with no session (`stateless_http`: no Mcp-Session-Id), answers as event streams
     /sse         the same tools over legacy SSE (its messages are POSTed to /messages/)
     /paged/mcp   a lowlevel server listing PAGED_TOOLS tools PAGE_SIZE at a time (MCPServer does not paginate);
                  calling one answers "called NAME", any other name a JSON-RPC error (-32602)
@@ -36,9 +38,10 @@ import anyio
 import mcp_types
 import uvicorn
 from mcp.server.lowlevel import Server
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
 from openai.types.responses import Response
 from starlette.applications import Starlette
 
@@ -48,7 +51,7 @@ from schema import check_event, check_response
 
 PAGE_SIZE = 2
 PAGED_TOOLS = [f"tool{i}" for i in range(5)]  # three pages: 2, 2, 1
-TOOLS = ("add", "echo", "fail", "sleep", "big", "mixed")
+TOOLS = ("add", "echo", "fail", "sleep", "big", "mixed", "structured", "crash", "chatty", "pinging")
 Scope = dict[str, Any]
 Receive = Callable[[], Any]
 Send = Callable[[dict[str, Any]], Any]
@@ -59,6 +62,9 @@ class Counts:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # Requests not yet answered in full (open event streams among them): a gauge, not reset, since a request a
+        # test left open (an event stream still closing) ends during the next test.
+        self.active = 0
         self.reset()
 
     def reset(self) -> None:
@@ -68,7 +74,6 @@ class Counts:
             self.statuses: Counter[int] = Counter()
             self.peers: set[tuple[str, int]] = set()  # client (host, port): one per TCP connection
             self.headers: list[dict[str, str]] = []  # each request's headers, names lowercased
-            self.active = 0  # requests not yet answered in full (open event streams among them)
             self.sleeps = 0  # runs of the sleep tool started
             self.sleeps_cancelled = 0  # … and cancelled before they ended (the client's cancellation arrived)
 
@@ -205,7 +210,8 @@ async def _answer(send: Send, status: int, headers: list[tuple[bytes, bytes]], b
 
 
 def tool_server(counts: Counts) -> MCPServer:
-    """MCPServer with TOOLS: ones that succeed, fail (isError), sleep, answer big, answer text and an image."""
+    """MCPServer with TOOLS: ones that succeed, fail (isError, or raising), sleep, answer big, answer text and an
+    image, answer structured content alone, log while they run, ping the client before answering."""
     root = logging.getLogger()
     level, handlers = root.level, list(root.handlers)
     server = MCPServer("hotloop-test-tools", log_level="WARNING")
@@ -248,6 +254,34 @@ def tool_server(counts: Counts) -> MCPServer:
         """A text part and an image part."""
         return [mcp_types.TextContent(text="a red dot"), mcp_types.ImageContent(data="iVBORw0=", mime_type="image/png")]
 
+    @server.tool()
+    def structured(a: int, b: int) -> mcp_types.CallToolResult:
+        """Structured content, and no content part."""
+        return mcp_types.CallToolResult(content=[], structured_content={"sum": a + b, "terms": [a, b]})
+
+    @server.tool()
+    def crash() -> str:
+        """Raises an error that is not a ToolError."""
+        raise RuntimeError("it crashed")
+
+    @server.tool()
+    async def chatty(text: str, ctx: Context) -> str:
+        """Notifies the client on the answer's stream (progress, before the response), then answers."""
+        for step in range(3):
+            params = mcp_types.ProgressNotificationParams(progress_token="chatty", progress=step, total=3)
+            notification = mcp_types.ProgressNotification(params=params)
+            await ctx.request_context.session.send_notification(notification, related_request_id=ctx.request_id)
+        return text
+
+    @server.tool()
+    async def pinging(ctx: Context) -> str:
+        """Pings the client on the answer's stream, and answers once the client has answered the ping."""
+        metadata = ServerMessageMetadata(related_request_id=ctx.request_id)
+        await ctx.request_context.session.send_request(
+            mcp_types.PingRequest(), mcp_types.EmptyResult, metadata=metadata
+        )
+        return "pong"
+
     return server
 
 
@@ -272,18 +306,24 @@ def paged_server() -> Server[Any]:
 
 
 def build_app(counts: Counts, arranged: Arranged) -> Recorder:
-    tools = tool_server(counts)
+    tools, json_tools, stateless_tools = tool_server(counts), tool_server(counts), tool_server(counts)
     paged = paged_server()
     streamable = tools.streamable_http_app()  # /mcp
     sse = tools.sse_app()  # /sse, /messages/
+    json_app = json_tools.streamable_http_app(streamable_http_path="/json/mcp", json_response=True)
+    stateless_app = stateless_tools.streamable_http_app(streamable_http_path="/stateless/mcp", stateless_http=True)
     paged_app = paged.streamable_http_app(streamable_http_path="/paged/mcp")
+    servers = (tools, json_tools, stateless_tools, paged)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with tools.session_manager.run(), paged.session_manager.run():
+        async with contextlib.AsyncExitStack() as stack:
+            for server in servers:
+                await stack.enter_async_context(server.session_manager.run())
             yield
 
-    app = Starlette(routes=[*streamable.routes, *sse.routes, *paged_app.routes], lifespan=lifespan)
+    apps = (streamable, sse, json_app, stateless_app, paged_app)
+    app = Starlette(routes=[route for each in apps for route in each.routes], lifespan=lifespan)
     return Recorder(app, counts, arranged)
 
 

@@ -1,7 +1,7 @@
-"""hotloop's HTTP/1.1 client for engines (backends/upstream/http1.py), against scripted asyncio servers on loopback:
-chunked, sized and until-close bodies, TLS, keep-alive reuse and its limits, a released response whose end comes
-later (or never), flow control, and each way a connection can fail: refused, stale, cut mid-body, not HTTP, the
-caller gone."""
+"""hotloop's HTTP/1.1 client (net/http1.py: engines' streams, MCP servers' requests), against scripted asyncio
+servers on loopback: chunked, sized and until-close bodies, TLS, keep-alive reuse and its limits, a released
+response whose end comes later (or never), flow control, each way a connection can fail (refused, stale, cut
+mid-body, not HTTP, the caller gone), any method, and the response headers a pool captures."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from hotloop.backends.upstream import http1
+from hotloop.net import http1
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -323,3 +323,39 @@ def test_targets() -> None:
     assert http1.target("http://[::1]:9000/v1").host == b"[::1]:9000"
     with pytest.raises(ValueError):
         http1.target("ftp://engine/v1")
+
+
+async def test_any_method_and_the_headers_asked_for() -> None:
+    """`request` sends any method (a DELETE with no body); a pool built to capture headers keeps those, and only
+    those, on its responses; one built without keeps none."""
+
+    def handler(engine: Engine) -> Handler:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while await engine.request(reader) is not None:
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMcp-Session-Id: abc\r\n"
+                    b"Set-Cookie: no\r\nContent-Length: 2\r\n\r\n{}"
+                )
+                await writer.drain()
+
+        return serve
+
+    async with engine(handler) as running:
+        capturing = http1.Pool(4, 2.0, {}, capture=(b"content-type", b"mcp-session-id"))
+        response = await capturing.request(b"DELETE", running.url(), b"", {"Mcp-Session-Id": "abc"})
+        assert (response.status, await body_of(response)) == (200, b"{}")
+        assert response.header(b"content-type") == "application/json" and response.header(b"mcp-session-id") == "abc"
+        assert response.header(b"set-cookie") is None and response.headers == [
+            (b"content-type", b"application/json"),
+            (b"mcp-session-id", b"abc"),
+        ]
+        response.release()
+        plain = pool()
+        response = await plain.post(running.url(), b"{}")
+        assert await body_of(response) == b"{}" and response.headers == [] and response.header(b"content-type") is None
+        response.release()
+        capturing.close()
+        plain.close()
+    assert running.heads[0].startswith(b"DELETE /v1/completions HTTP/1.1\r\n")
+    assert b"Content-Length: 0\r\n" in running.heads[0] and b"Mcp-Session-Id: abc\r\n" in running.heads[0]
+    assert running.heads[1].startswith(b"POST /v1/completions HTTP/1.1\r\n")

@@ -1,6 +1,7 @@
 """hotloop.mcp.Clients against real MCP servers from the SDK (mcp_support.py): listing every page, calling, errors
 of every kind as results, timeouts and cancellation, sessions reused by key and closed when idle, the allowlist
-before any connection and on every redirect, both transports."""
+before any connection and on every redirect, both transports. What concerns streamable HTTP runs with both of its
+clients (`kind`: the lean one, the SDK's); legacy SSE always has the SDK's."""
 
 from __future__ import annotations
 
@@ -9,22 +10,48 @@ import logging
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import msgspec
 import pytest
 
 from hotloop.mcp import Clients, Endpoint, ListFailed, NotAllowed
+from hotloop.mcp.clients import ClientKind
 from mcp_support import PAGED_TOOLS, TOOLS, McpServers
 
 CAP = 1000  # max_output_bytes of the tests' clients
+# (client, transport) of the tests that run on either transport
+EVERY = [("lean", "streamable_http"), ("sdk", "streamable_http"), ("sdk", "sse")]
 
 
 def under(*prefixes: str) -> Callable[[str], bool]:
     return lambda url: url.startswith(prefixes)
 
 
+@pytest.fixture(params=["lean", "sdk"])
+def kind(request: pytest.FixtureRequest) -> ClientKind:
+    kind: ClientKind = request.param
+    return kind
+
+
+def make(kind: ClientKind, **settings: Any) -> Clients:
+    return Clients(client=kind, **settings)
+
+
+def streams(kind: ClientKind) -> int:
+    """The event streams one streamable HTTP session holds open: the SDK's GET stream; the lean client opens none."""
+    return 1 if kind == "sdk" else 0
+
+
 @pytest.fixture
-async def clients(mcp_server: McpServers) -> AsyncIterator[Clients]:
+async def clients(mcp_server: McpServers, kind: ClientKind) -> AsyncIterator[Clients]:
+    pool = make(kind, allowed=under(mcp_server.base + "/"), call_timeout_s=5, list_timeout_s=5, max_output_bytes=CAP)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+async def sse_clients(mcp_server: McpServers) -> AsyncIterator[Clients]:
     pool = Clients(allowed=under(mcp_server.base + "/"), call_timeout_s=5, list_timeout_s=5, max_output_bytes=CAP)
     yield pool
     await pool.close()
@@ -58,14 +85,16 @@ async def test_lists_tools_as_plain_structs(clients: Clients, http: Endpoint, mc
     assert msgspec.json.decode(msgspec.json.encode(tools)) == msgspec.to_builtins(tools)  # nothing but plain data
 
 
-async def test_a_key_reuses_its_session(clients: Clients, http: Endpoint, mcp_server: McpServers) -> None:
+async def test_a_key_reuses_its_session(
+    clients: Clients, http: Endpoint, mcp_server: McpServers, kind: ClientKind
+) -> None:
     first = await clients.list_tools("alice", http)
     assert await clients.list_tools("alice", http) == first
     assert (await clients.call_tool("alice", http, "add", {"a": 2, "b": 3})).output == "5"
     assert (await clients.call_tool("alice", http, "echo", {"text": "héllo"})).output == "héllo"
     counts = mcp_server.counts
     assert counts.sessions == 1 and counts.method("tools/list") == 2 and counts.method("tools/call") == 2
-    assert await counts.until(lambda c: c.active == 1) and counts.requests["GET /mcp"] == 1  # one event stream
+    assert await counts.until(lambda c: c.active == streams(kind)) and counts.requests["GET /mcp"] == streams(kind)
     assert clients.stats.sessions == 1
 
 
@@ -138,8 +167,8 @@ async def test_concurrent_calls_share_one_session(clients: Clients, http: Endpoi
     assert mcp_server.counts.sessions == 1
 
 
-async def test_a_timeout_is_a_protocol_error(mcp_server: McpServers, http: Endpoint) -> None:
-    pool = Clients(allowed=under(mcp_server.base), call_timeout_s=0.3)
+async def test_a_timeout_is_a_protocol_error(mcp_server: McpServers, http: Endpoint, kind: ClientKind) -> None:
+    pool = make(kind, allowed=under(mcp_server.base), call_timeout_s=0.3)
     try:
         result = await pool.call_tool("alice", http, "sleep", {"seconds": 10})
         assert result.error is not None and result.error.type == "mcp_protocol_error" and result.error.code == -32001
@@ -153,7 +182,7 @@ async def test_a_timeout_is_a_protocol_error(mcp_server: McpServers, http: Endpo
         await pool.close()
 
 
-@pytest.mark.parametrize("transport", ["streamable_http", "sse"])
+@pytest.mark.parametrize(("kind", "transport"), EVERY)
 async def test_cancelling_a_call_is_prompt(clients: Clients, mcp_server: McpServers, transport: str) -> None:
     endpoint = Endpoint(mcp_server.url("/mcp" if transport == "streamable_http" else "/sse"), transport=transport)  # type: ignore[arg-type]
     call = asyncio.create_task(clients.call_tool("alice", endpoint, "sleep", {"seconds": 30}))
@@ -163,13 +192,14 @@ async def test_cancelling_a_call_is_prompt(clients: Clients, mcp_server: McpServ
     with pytest.raises(asyncio.CancelledError):
         await call
     assert time.perf_counter() - started < 0.2
-    assert await mcp_server.counts.until(lambda c: c.sleeps_cancelled == 1)  # the SDK cancelled it on the server
+    assert await mcp_server.counts.until(lambda c: c.sleeps_cancelled == 1)  # cancelled on the server
     assert (await clients.call_tool("alice", endpoint, "add", {"a": 1, "b": 2})).output == "3"
     assert mcp_server.counts.sessions == 1
     assert clients.stats.calls == 1  # the cancelled call is not counted
 
 
-async def test_sse_transport(clients: Clients, sse: Endpoint, mcp_server: McpServers) -> None:
+async def test_sse_transport(sse_clients: Clients, sse: Endpoint, mcp_server: McpServers) -> None:
+    clients = sse_clients
     assert [tool.name for tool in await clients.list_tools("alice", sse)] == list(TOOLS)
     assert (await clients.call_tool("alice", sse, "add", {"a": 20, "b": 22})).output == "42"
     failed = await clients.call_tool("alice", sse, "fail", {})
@@ -198,7 +228,8 @@ async def test_http_error_status(clients: Clients, http: Endpoint, mcp_server: M
     assert mcp_server.counts.requests["POST /mcp"] > 0 and mcp_server.counts.sessions == 1
 
 
-async def test_a_failed_sse_post_answers_at_once(clients: Clients, sse: Endpoint, mcp_server: McpServers) -> None:
+async def test_a_failed_sse_post_answers_at_once(sse_clients: Clients, sse: Endpoint, mcp_server: McpServers) -> None:
+    clients = sse_clients
     # The SDK's SSE transport never answers a request whose POST failed: the call must not wait for its timeout.
     await clients.list_tools("alice", sse)
     mcp_server.fail_with("/messages/", 500)
@@ -210,10 +241,10 @@ async def test_a_failed_sse_post_answers_at_once(clients: Clients, sse: Endpoint
     assert mcp_server.counts.sessions == 2  # the broken session was dropped, a new one opened
 
 
-@pytest.mark.parametrize("transport", ["streamable_http", "sse"])
-async def test_an_unreachable_server(transport: str) -> None:
+@pytest.mark.parametrize(("kind", "transport"), EVERY)
+async def test_an_unreachable_server(kind: ClientKind, transport: str) -> None:
     endpoint = Endpoint(f"http://127.0.0.1:{closed_port()}/sse", transport=transport)  # type: ignore[arg-type]
-    pool = Clients(allowed=under("http://127.0.0.1:"))
+    pool = make(kind, allowed=under("http://127.0.0.1:"))
     try:
         with pytest.raises(ListFailed, match="could not be reached"):
             await pool.list_tools("alice", endpoint)
@@ -223,12 +254,12 @@ async def test_an_unreachable_server(transport: str) -> None:
         await pool.close()
 
 
-async def test_a_silent_server_is_bounded() -> None:
+async def test_a_silent_server_is_bounded(kind: ClientKind) -> None:
     with socket.socket() as silent:  # accepts connections (the kernel does), never answers
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         endpoint = Endpoint(f"http://127.0.0.1:{silent.getsockname()[1]}/mcp")
-        pool = Clients(allowed=under("http://127.0.0.1:"), list_timeout_s=0.3, call_timeout_s=0.3)
+        pool = make(kind, allowed=under("http://127.0.0.1:"), list_timeout_s=0.3, call_timeout_s=0.3)
         try:
             started = time.perf_counter()
             with pytest.raises(ListFailed, match="timed out"):
@@ -254,9 +285,11 @@ async def test_a_forgotten_session_is_reopened(clients: Clients, http: Endpoint,
     assert mcp_server.counts.sessions == 2 and mcp_server.counts.statuses[404] >= 1
 
 
-async def test_idle_sessions_are_closed(mcp_server: McpServers, http: Endpoint, sse: Endpoint) -> None:
+async def test_idle_sessions_are_closed(
+    mcp_server: McpServers, http: Endpoint, sse: Endpoint, kind: ClientKind
+) -> None:
     now = [1000.0]
-    pool = Clients(allowed=under(mcp_server.base), idle_s=60, clock=lambda: now[0])
+    pool = make(kind, allowed=under(mcp_server.base), idle_s=60, clock=lambda: now[0])
     try:
         await pool.list_tools("alice", http)
         await pool.list_tools("alice", sse)
@@ -267,8 +300,9 @@ async def test_idle_sessions_are_closed(mcp_server: McpServers, http: Endpoint, 
         assert mcp_server.counts.requests["DELETE /mcp"] == 0
         now[0] += 1
         pool.sweep()  # alice's two are idle; bob's is in use
-        # Left open: bob's event stream and his call's POST.
-        assert await mcp_server.counts.until(lambda c: c.requests["DELETE /mcp"] == 1 and c.active == 2)
+        # Left open: bob's call's POST (and the SDK's event stream).
+        left = 1 + streams(kind)
+        assert await mcp_server.counts.until(lambda c: c.requests["DELETE /mcp"] == 1 and c.active == left)
         assert (await call).output == "slept 1"
         await pool.list_tools("alice", http)
         assert mcp_server.counts.sessions == 4  # alice's reopened
@@ -277,8 +311,8 @@ async def test_idle_sessions_are_closed(mcp_server: McpServers, http: Endpoint, 
     assert await mcp_server.counts.until(lambda c: c.active == 0)  # every stream closed
 
 
-async def test_the_sweeper_runs_by_itself(mcp_server: McpServers, http: Endpoint) -> None:
-    pool = Clients(allowed=under(mcp_server.base), idle_s=0.1)
+async def test_the_sweeper_runs_by_itself(mcp_server: McpServers, http: Endpoint, kind: ClientKind) -> None:
+    pool = make(kind, allowed=under(mcp_server.base), idle_s=0.1)
     try:
         await pool.list_tools("alice", http)
         assert await mcp_server.counts.until(lambda c: c.requests["DELETE /mcp"] == 1, timeout=2)
@@ -286,19 +320,21 @@ async def test_the_sweeper_runs_by_itself(mcp_server: McpServers, http: Endpoint
         await pool.close()
 
 
-async def test_close_closes_every_session(mcp_server: McpServers, http: Endpoint, sse: Endpoint) -> None:
-    pool = Clients(allowed=under(mcp_server.base))
+async def test_close_closes_every_session(
+    mcp_server: McpServers, http: Endpoint, sse: Endpoint, kind: ClientKind
+) -> None:
+    pool = make(kind, allowed=under(mcp_server.base))
     await pool.list_tools("alice", http)
     await pool.list_tools("alice", sse)
     await pool.list_tools("bob", http)
-    assert await mcp_server.counts.until(lambda c: c.active == 3)  # the event streams
+    assert await mcp_server.counts.until(lambda c: c.active == 1 + 2 * streams(kind))  # the event streams
     await pool.close()
     assert await mcp_server.counts.until(lambda c: c.active == 0)
     assert mcp_server.counts.requests["DELETE /mcp"] == 2
 
 
-async def test_a_url_outside_the_allowlist_is_never_contacted(mcp_server: McpServers) -> None:
-    pool = Clients(allowed=under(mcp_server.url("/mcp")))
+async def test_a_url_outside_the_allowlist_is_never_contacted(mcp_server: McpServers, kind: ClientKind) -> None:
+    pool = make(kind, allowed=under(mcp_server.url("/mcp")))
     try:
         for endpoint in (Endpoint(mcp_server.url("/paged/mcp")), Endpoint(mcp_server.url("/sse"), transport="sse")):
             with pytest.raises(NotAllowed):
@@ -310,9 +346,9 @@ async def test_a_url_outside_the_allowlist_is_never_contacted(mcp_server: McpSer
         await pool.close()
 
 
-async def test_a_redirect_outside_the_allowlist_is_refused(mcp_server: McpServers) -> None:
+async def test_a_redirect_outside_the_allowlist_is_refused(mcp_server: McpServers, kind: ClientKind) -> None:
     # Same origin, so the SDK would follow it; the allowlist is a path prefix and the target is outside it.
-    pool = Clients(allowed=under(mcp_server.url("/ok/")))
+    pool = make(kind, allowed=under(mcp_server.url("/ok/")))
     try:
         moved = Endpoint(mcp_server.redirect("/ok/mcp", "/mcp"))
         with pytest.raises(NotAllowed, match="/mcp was refused"):
@@ -333,10 +369,11 @@ async def test_a_redirect_inside_the_allowlist_is_followed(clients: Clients, mcp
     assert mcp_server.counts.requests["POST /mcp"] >= 1
 
 
-async def test_a_cross_origin_redirect_is_not_followed(mcp_server: McpServers) -> None:
-    # Allowed or not, the SDK follows a redirect only within the endpoint's origin: localhost is another origin.
+async def test_a_cross_origin_redirect_is_not_followed(mcp_server: McpServers, kind: ClientKind) -> None:
+    # Allowed or not, a redirect is followed only within the endpoint's origin (the SDK's rule, and the lean
+    # client's): localhost is another origin.
     other = f"http://localhost:{mcp_server.port}/mcp"
-    pool = Clients(allowed=under(mcp_server.base, f"http://localhost:{mcp_server.port}"))
+    pool = make(kind, allowed=under(mcp_server.base, f"http://localhost:{mcp_server.port}"))
     try:
         with pytest.raises(ListFailed, match="not followed"):
             await pool.list_tools("alice", Endpoint(mcp_server.redirect("/away/mcp", other)))
@@ -345,11 +382,13 @@ async def test_a_cross_origin_redirect_is_not_followed(mcp_server: McpServers) -
         await pool.close()
 
 
-async def test_header_values_are_never_shown(mcp_server: McpServers, caplog: pytest.LogCaptureFixture) -> None:
+async def test_header_values_are_never_shown(
+    mcp_server: McpServers, caplog: pytest.LogCaptureFixture, kind: ClientKind
+) -> None:
     secret = "s3cr3t-token-value"
     mcp_server.fail_with("/down/mcp", 401)
     endpoint = Endpoint(mcp_server.url("/down/mcp"), (("Authorization", f"Bearer {secret}"),))
-    pool = Clients(allowed=under(mcp_server.base))
+    pool = make(kind, allowed=under(mcp_server.base))
     caplog.set_level(logging.DEBUG)
     try:
         with pytest.raises(ListFailed) as failed:

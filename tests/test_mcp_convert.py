@@ -1,5 +1,6 @@
-"""hotloop.mcp without a server: outputs capped in UTF-8 bytes, parts joined, the SDK's pydantic results turned into
-Structs, the transport a URL names, an endpoint's repr without its header values."""
+"""hotloop.mcp without a server: outputs capped in UTF-8 bytes, parts joined, the SDK's pydantic results and the
+wire's decoded ones turned into the same Structs, the transport a URL names, an endpoint's repr without its header
+values."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import mcp_types
 import pytest
 
 from hotloop.mcp import Endpoint, transport_for
-from hotloop.mcp.convert import call_result, capped, capped_parts, listed
+from hotloop.mcp.convert import call_result, capped, capped_parts, joined, listed, listed_wire, outcome
+from hotloop.mcp.jsonrpc import Decoders
 
 pytestmark = pytest.mark.fast
 
@@ -58,6 +60,31 @@ def test_a_listed_tool_is_plain_data() -> None:
     assert converted.annotations == {"readOnlyHint": True, "openWorldHint": False}
     assert converted.input_schema == {"type": "object", "properties": {"q": {"type": "string"}}}
     assert listed(mcp_types.Tool(name="x", input_schema={"type": "object"})).annotations is None
+
+
+def test_the_wire_and_the_sdk_give_the_same_structs() -> None:
+    wire = (
+        b'{"jsonrpc":"2.0","id":3,"result":{"content":[{"mimeType":"image/png","data":"AAAA","type":"image"},'
+        b'{"type":"text","text":"two"}],"isError":false,"structuredContent":{"n":1}}}'
+    )
+    decoded = Decoders.tools_call.decode(wire).result
+    assert decoded is not None
+    sdk = mcp_types.CallToolResult(
+        content=[mcp_types.ImageContent(data="AAAA", mime_type="image/png"), mcp_types.TextContent(text="two")],
+        structured_content={"n": 1},
+    )
+    assert outcome(decoded, 100, 0.5) == call_result(sdk, 100, 0.5)
+    assert joined(decoded.content) == '{"type":"image","data":"AAAA","mimeType":"image/png"}\ntwo'  # one key order
+    listing = (
+        b'{"id":1,"result":{"tools":[{"name":"x","inputSchema":{"type":"object"},'
+        b'"annotations":{"readOnlyHint":true}}]}}'
+    )
+    page = Decoders.tools_list.decode(listing).result
+    assert page is not None and page.next_cursor is None
+    tool = mcp_types.Tool(
+        name="x", input_schema={"type": "object"}, annotations=mcp_types.ToolAnnotations(read_only_hint=True)
+    )
+    assert listed_wire(page.tools[0]) == listed(tool)
 
 
 def test_transport_for() -> None:

@@ -24,7 +24,7 @@ from openai.types.responses import Response
 from conftest import RunningServer, start_server, stored_counts
 from hotloop.config import McpServer
 from http_support import error_of, parse_sse
-from mcp_support import PAGED_TOOLS, McpServers, approved, check_mcp_stream, mcp_tool, of_type
+from mcp_support import PAGED_TOOLS, TOOLS, McpServers, approved, check_mcp_stream, mcp_tool, of_type
 from process_support import eventually, free_port
 from schema import check_response
 from wsutil import TERMINAL, WS
@@ -95,7 +95,7 @@ def test_the_list_holds_the_servers_catalogue(http: httpx.Client, mcp_server: Mc
         http, input="List.", tools=[mcp_tool(mcp_server, allowed_tools=None)], metadata={"sim_tool_calls": "0"}
     )
     tools = {tool["name"]: tool for tool in of_type(response, "mcp_list_tools")[0]["tools"]}
-    assert sorted(tools) == ["add", "big", "echo", "fail", "mixed", "sleep"]
+    assert sorted(tools) == sorted(TOOLS)
     assert tools["echo"]["input_schema"]["properties"]["text"]["type"] == "string"
     assert tools["add"]["annotations"]["readOnlyHint"] is True and tools["add"]["description"] == "Add two integers."
 

@@ -136,6 +136,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     mcp_max_output_bytes: int = 1 * MiB
     mcp_session_idle_s: float = 300.0
     mcp_max_calls: int = 64
+    mcp_client: Literal["lean", "sdk"] = "lean"
     # Tool types left out of a request instead of refused (protocol.md §1.4): unmodified Codex always sends
     # `web_search`, which this server does not run, and no catalog field stops it.
     drop_tool_types: list[str] = msgspec.field(default_factory=lambda: ["web_search"])
@@ -253,6 +254,8 @@ HELP: dict[str, str] = {
     "mcp_max_output_bytes": "An MCP tool's output beyond this many bytes is cut, with a note saying so.",
     "mcp_session_idle_s": "An MCP session unused this long is closed.",
     "mcp_max_calls": "Most MCP calls in one response when the request sets no max_tool_calls.",
+    "mcp_client": "The client for streamable HTTP MCP servers: lean (hotloop's own, on its keep-alive HTTP/1.1 "
+    "pool) or sdk (the official `mcp` SDK's); legacy SSE servers always get the SDK's (docs/mcp.md).",
 }
 
 

@@ -1,6 +1,8 @@
 """`Clients`: how hotloop reaches remote MCP servers (protocol.md §1.10). One session per (owner, endpoint), reused
 by its listings and calls and closed once idle; every listing and call bounded in time, cancellable at once, and
-checked against the operator's allowlist before anything is sent."""
+checked against the operator's allowlist before anything is sent. A session is streamable.py's lean one on
+streamable HTTP (unless `client="sdk"`), session.py's on the `mcp` SDK on legacy SSE: both are base.py's
+`Session`."""
 
 from __future__ import annotations
 
@@ -9,20 +11,22 @@ import contextvars
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import mcp_types
-from mcp.client.session import ClientSession
 
-from hotloop.mcp.convert import call_result, listed
-from hotloop.mcp.failures import Failure, failure_of, timed_out
-from hotloop.mcp.http import Trace, tracing
-from hotloop.mcp.session import CLOSE_S, Session, shown_url
+from hotloop.mcp.base import CLOSE_S, Session, shown_url
+from hotloop.mcp.convert import outcome
+from hotloop.mcp.failures import Failure, timed_out
+from hotloop.mcp.jsonrpc import ToolResult
+from hotloop.mcp.session import SdkSession
+from hotloop.mcp.streamable import LeanSession
 from hotloop.mcp.types import CallError, CallResult, Endpoint, ListedTool, ListFailed, NotAllowed, Stats
 
 T = TypeVar("T")
 Key = tuple[str, Endpoint]  # (owner, endpoint): an endpoint's url, headers and transport
-Work = Callable[[ClientSession], Awaitable[T]]
+Work = Callable[[Session], Awaitable[T]]
+ClientKind = Literal["lean", "sdk"]
 MAX_SESSIONS = 512  # beyond it the least recently used idle session is closed for a new one
 MAX_PAGES = 100  # of one tools/list: a server whose cursor never ends cannot hold a listing
 SWEEP_MAX_S = 30.0
@@ -36,7 +40,8 @@ class Clients:
     tools first: protocol.md §1.10's 400); a redirect outside it is never followed. Opening a session is bounded by
     `list_timeout_s`, and counts against the listing's or call's own timeout. A session that failed is dropped and
     the next use opens a new one; one the server forgot (HTTP 404 on streamable HTTP) is reopened at once and the
-    request sent again. Use it from one event loop. `clock` (monotonic seconds) times idleness; tests move it."""
+    request sent again. Use it from one event loop. `clock` (monotonic seconds) times idleness; tests move it.
+    `client`: which client speaks streamable HTTP, the lean one or the SDK's (legacy SSE is always the SDK's)."""
 
     def __init__(
         self,
@@ -47,8 +52,10 @@ class Clients:
         max_output_bytes: int = 1 << 20,
         idle_s: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
+        client: ClientKind = "lean",
     ) -> None:
         self.allowed = allowed
+        self.client = client
         self.call_timeout_s = call_timeout_s
         self.list_timeout_s = list_timeout_s
         self.max_output_bytes = max_output_bytes
@@ -75,17 +82,17 @@ class Clients:
         """The call's output, or its error: whatever the server or the network does (an error status, a JSON-RPC
         error, isError, no answer, a redirect outside the allowlist, `call_timeout_s` passing) is a `CallResult`
         with `error`. Only `NotAllowed` (the endpoint's own URL) and `CancelledError` are raised; a cancelled
-        call returns at once and the SDK cancels its request on the server in the background."""
+        call returns at once and its request is cancelled on the server in the background."""
         self._check(endpoint.url)
         started = time.perf_counter()
         try:
             work = partial(_call, name, arguments)
             result = await self._request(owner, endpoint, work, self.call_timeout_s, idempotent=False)
-            outcome = call_result(result, self.max_output_bytes, time.perf_counter() - started)
+            done = outcome(result, self.max_output_bytes, time.perf_counter() - started)
         except Failure as failure:
-            outcome = CallResult(error=failure.error, seconds=time.perf_counter() - started)
-        self._count(outcome)
-        return outcome
+            done = CallResult(error=failure.error, seconds=time.perf_counter() - started)
+        self._count(done)
+        return done
 
     def warm(self, owner: str, endpoint: Endpoint) -> None:
         """Open the key's session now, in the background, if it is not open: a turn that may call the server
@@ -107,7 +114,7 @@ class Clients:
             self._sweeper = None
         for key, session in list(self._sessions.items()):
             self._drop(key, session)
-        if self._tasks:  # the closings (each bounded by CLOSE_S) and abandoned requests, which they end
+        if self._tasks:  # the closings, each bounded by CLOSE_S (and CLOSE_S more for the requests they end)
             _, running = await asyncio.wait(set(self._tasks), timeout=2 * CLOSE_S)
             for task in running:
                 task.cancel()
@@ -139,32 +146,17 @@ class Clients:
                 session.last_used = self._clock()
         raise AssertionError("unreachable")
 
-    async def _attempt(self, session: Session, work: Work[T], deadline: float, timeout: float) -> T:
-        """One try, in a task of its own so that the caller never waits on the SDK's unwinding: cancelled, or out of
-        time, the caller returns at once while the task sends the server its cancellation in the background."""
-        trace = Trace()
-        context = contextvars.copy_context()
-        context.run(tracing, trace)
-        task = asyncio.create_task(_on(session, work), context=context)
-        waits: set[asyncio.Future[Any]] = {task}
-        if not session.streamable:  # the legacy SSE transport drops a request whose POST failed: never answered
-            waits.add(asyncio.ensure_future(trace.failed.wait()))
+    @staticmethod
+    async def _attempt(session: Session, work: Work[T], deadline: float, timeout: float) -> T:
+        """One try within what is left of `timeout`; out of time, the session returns at once (and cancels the
+        request on the server in the background), as it does when the caller is cancelled."""
         try:
-            remaining = max(0.0, deadline - asyncio.get_running_loop().time())
-            await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in waits:
-                if not waiting.done():
-                    waiting.cancel()
-                    self._keep(waiting)
-        if task.done() and not task.cancelled():
-            failed = task.exception()
-            if failed is None:
-                return task.result()
-            raise failure_of(failed, trace, streamable=session.streamable) from None
-        if trace.failed.is_set():
-            raise failure_of(None, trace, streamable=session.streamable)
-        raise timed_out(timeout)
+            async with asyncio.timeout_at(deadline) as scope:
+                return await work(session)
+        except TimeoutError:
+            if scope.expired():
+                raise timed_out(timeout) from None
+            raise
 
     def _session(self, key: Key) -> Session:
         session = self._sessions.get(key)
@@ -174,14 +166,15 @@ class Clients:
             self._drop(key, session)
         self._make_room()
         max_event_bytes = max(EVENT_BYTES, 4 * self.max_output_bytes + (64 << 10))
-        session = Session(key[1], self.allowed, open_s=self.list_timeout_s, max_event_bytes=max_event_bytes)
-        session.last_used = self._clock()
-        self._sessions[key] = session
+        kind = LeanSession if key[1].transport == "streamable_http" and self.client == "lean" else SdkSession
+        made: Session = kind(key[1], self.allowed, open_s=self.list_timeout_s, max_event_bytes=max_event_bytes)
+        made.last_used = self._clock()
+        self._sessions[key] = made
         self.stats.sessions += 1
         if self._sweeper is None:
             sweep_s = min(max(self.idle_s / 2, 0.01), SWEEP_MAX_S)
             self._sweeper = asyncio.create_task(self._sweep_every(sweep_s), context=contextvars.Context())
-        return session
+        return made
 
     def _make_room(self) -> None:
         if len(self._sessions) < MAX_SESSIONS:
@@ -220,17 +213,12 @@ class Clients:
             stats.failures[outcome.error.type] = stats.failures.get(outcome.error.type, 0) + 1
 
 
-async def _on(session: Session, work: Work[T]) -> T:
-    return await work(await session.client())
-
-
-async def _all_tools(client: ClientSession) -> list[ListedTool]:
+async def _all_tools(session: Session) -> list[ListedTool]:
     tools: list[ListedTool] = []
     cursor: str | None = None
     for _ in range(MAX_PAGES):
-        params = None if cursor is None else mcp_types.PaginatedRequestParams(cursor=cursor)
-        page = await client.list_tools(params=params)
-        tools.extend(listed(tool) for tool in page.tools)
+        page = await session.list_page(cursor)
+        tools.extend(page.tools)
         cursor = page.next_cursor
         if not cursor:
             return tools
@@ -238,8 +226,5 @@ async def _all_tools(client: ClientSession) -> list[ListedTool]:
     raise Failure(CallError("mcp_protocol_error", code=mcp_types.INTERNAL_ERROR, message=message))
 
 
-async def _call(name: str, arguments: dict[str, Any], client: ClientSession) -> mcp_types.CallToolResult:
-    # send_request, not ClientSession.call_tool: that one first lists the server's tools on a session that has not
-    # (to check structured content against an output schema), a request nobody asked for; the model reads text.
-    request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=name, arguments=arguments))
-    return await client.send_request(request, mcp_types.CallToolResult)
+async def _call(name: str, arguments: dict[str, Any], session: Session) -> ToolResult:
+    return await session.call(name, arguments)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import httpx2
 
+from hotloop.mcp.base import refusal
 from hotloop.mcp.types import NotAllowed
 
 SSE_READ_S = 300.0  # the longest silence on an open event stream (the SDK's default): SSE servers ping sooner
@@ -46,7 +47,7 @@ class Trace:
     def refuse(self, status: int, target: str) -> None:
         self.status = status
         self.refused = True
-        self.problem = f"a redirect to {target} was refused: the allowed MCP server URLs do not include it"
+        self.problem = refusal(target)
         self.failed.set()
 
 

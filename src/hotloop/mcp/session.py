@@ -1,6 +1,7 @@
-"""One MCP session, for one key: the SDK's transport and `ClientSession`, opened, held and closed by a task of its
-own. anyio's task groups and cancel scopes (inside every SDK context manager) must be entered and exited by the same
-task, and a session outlives the call that opened it; callers only send requests through it."""
+"""One MCP session on the official `mcp` SDK, for one key: the SDK's transport and `ClientSession`, opened, held and
+closed by a task of its own. anyio's task groups and cancel scopes (inside every SDK context manager) must be entered
+and exited by the same task, and a session outlives the call that opened it; callers only send requests through it,
+each in a task of its own. Legacy SSE endpoints always use it; streamable HTTP ones when `mcp_client = "sdk"`."""
 
 from __future__ import annotations
 
@@ -8,10 +9,9 @@ import asyncio
 import contextlib
 import contextvars
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import httpx2
@@ -22,24 +22,27 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
 from hotloop import __version__
-from hotloop.mcp.failures import Failure, failure_of, timed_out
+from hotloop.mcp.base import CLOSE_S, Page, shown_url
+from hotloop.mcp.convert import listed, tool_result
+from hotloop.mcp.failures import ENDED, Failure, failure_of, timed_out
 from hotloop.mcp.http import SSE_READ_S, Trace, guarded_client, tracing
-from hotloop.mcp.types import CallError, Endpoint
+from hotloop.mcp.jsonrpc import ToolResult
+from hotloop.mcp.types import Endpoint
 
 if TYPE_CHECKING:
     from mcp.client._transport import ReadStream, TransportStreams
 
 log = logging.getLogger("hotloop.mcp")
 CLIENT_INFO = mcp_types.Implementation(name="hotloop", version=__version__)
-CLOSE_S = 2.0  # the longest wait for an orderly close (the DELETE that ends a streamable session on the server)
-_ENDED = CallError("mcp_protocol_error", code=mcp_types.CONNECTION_CLOSED, message="The MCP session was closed")
 
+T = TypeVar("T")
 Message = SessionMessage | Exception
 
 
-class Session:
-    """An MCP session being opened, open, or ended. `client()` waits for it to be open; `ended` says it can serve
-    no more requests (it failed, the server closed its stream, it was closed): its owner drops it."""
+class SdkSession:
+    """An MCP session being opened, open, or ended (base.py's `Session`). `client()` waits for it to be open;
+    `ended` says it can serve no more requests (it failed, the server closed its stream, it was closed): its owner
+    drops it."""
 
     def __init__(
         self, endpoint: Endpoint, allowed: Callable[[str], bool], *, open_s: float, max_event_bytes: int
@@ -59,6 +62,7 @@ class Session:
         self._ready.add_done_callback(_retrieved)
         self._stop = asyncio.Event()
         self._gave_up = False
+        self._abandoned: set[asyncio.Future[Any]] = set()  # requests whose callers returned: the SDK unwinds them
         # A context of its own: the task outlives its opener, whose context (its trace) it must not inherit.
         self._task = asyncio.create_task(self._run(), name="hotloop-mcp-session", context=contextvars.Context())
         self._watchdog = loop.call_later(open_s, self._give_up)
@@ -68,8 +72,22 @@ class Session:
         cancelled does not stop the opening the other waiters share."""
         return await asyncio.shield(self._ready)
 
+    async def list_page(self, cursor: str | None) -> Page:
+        params = None if cursor is None else mcp_types.PaginatedRequestParams(cursor=cursor)
+        page = await self._request(lambda client: client.list_tools(params=params))
+        return Page([listed(tool) for tool in page.tools], page.next_cursor)
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        # send_request, not ClientSession.call_tool: that one first lists the server's tools on a session that has
+        # not (to check structured content against an output schema), a request nobody asked for; the model reads
+        # text.
+        request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=name, arguments=arguments))
+        result = await self._request(lambda client: client.send_request(request, mcp_types.CallToolResult))
+        return tool_result(result)
+
     async def close(self) -> None:
-        """End the session: an orderly exit within `CLOSE_S`, else its task is cancelled."""
+        """End the session: an orderly exit within `CLOSE_S`, else its task is cancelled; then the requests whose
+        callers returned, which that ends."""
         self._stop.set()
         if not self.opened:
             self._task.cancel()  # an opening has nothing to end in order
@@ -77,6 +95,47 @@ class Session:
         if not done:
             self._task.cancel()
             await asyncio.wait({self._task})
+        if self._abandoned:
+            _, running = await asyncio.wait(set(self._abandoned), timeout=CLOSE_S)
+            for task in running:
+                task.cancel()
+
+    async def _request(self, work: Callable[[ClientSession], Awaitable[T]]) -> T:
+        """`work` on the open session, in a task of its own so that the caller never waits on the SDK's unwinding:
+        cancelled (or out of time), the caller returns at once while the task sends the server its cancellation in
+        the background. What its HTTP requests met is read from its trace."""
+        trace = Trace()
+        context = contextvars.copy_context()
+        context.run(tracing, trace)
+        task = asyncio.create_task(self._on(work), context=context)
+        waits: set[asyncio.Future[Any]] = {task}
+        if not self.streamable:  # the legacy SSE transport drops a request whose POST failed: never answered
+            waits.add(asyncio.ensure_future(trace.failed.wait()))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                if not waiting.done():
+                    waiting.cancel()
+                    self._keep(waiting)
+        if task.done() and not task.cancelled():
+            failed = task.exception()
+            if failed is None:
+                return task.result()
+            raise failure_of(failed, trace, streamable=self.streamable) from None
+        raise failure_of(None, trace, streamable=self.streamable)  # the trace saw a POST fail
+
+    async def _on(self, work: Callable[[ClientSession], Awaitable[T]]) -> T:
+        return await work(await self.client())
+
+    def _keep(self, task: asyncio.Future[Any]) -> None:
+        self._abandoned.add(task)
+        task.add_done_callback(self._settled)
+
+    def _settled(self, task: asyncio.Future[Any]) -> None:
+        self._abandoned.discard(task)
+        if not task.cancelled():
+            task.exception()  # read: an abandoned request's failure is not an "unretrieved exception"
 
     async def _run(self) -> None:
         tracing(self.trace)
@@ -98,7 +157,7 @@ class Session:
             self.ended = True
             self._watchdog.cancel()
             if not self._ready.done():
-                self._ready.set_exception(failure or Failure(_ENDED, broken=True))
+                self._ready.set_exception(failure or Failure(ENDED, broken=True))
         if failure is not None:
             state = "ended" if self.opened else "could not be opened"
             log.info("MCP session to %s %s: %s", shown_url(self.endpoint.url), state, failure.error.message)
@@ -178,14 +237,6 @@ class _EndWatch:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
-
-
-def shown_url(url: str) -> str:
-    """A URL for a log line: no userinfo, query or fragment, which may carry credentials."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 def _retrieved(future: asyncio.Future[ClientSession]) -> None:

@@ -101,6 +101,7 @@ class Service:
             list_timeout_s=settings.mcp_list_timeout_s,
             max_output_bytes=settings.mcp_max_output_bytes,
             idle_s=settings.mcp_session_idle_s,
+            client=settings.mcp_client,
         )
         self.mcp_calls = RecentCalls()  # the console's view of the calls
         # Raises ValueError for a bad setting, so the server refuses to start (docs/safety.md).

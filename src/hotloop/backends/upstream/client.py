@@ -22,10 +22,10 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from hotloop.backends.base import BackendError, Delta, Finished, GenerationRequest
-from hotloop.backends.upstream import http1
 from hotloop.backends.upstream.routing import Router
 from hotloop.backends.upstream.sse import ErrorLine, SSEPayloads
 from hotloop.config import Upstream
+from hotloop.net import http1
 from hotloop.stall import StallTimer
 
 log = logging.getLogger("hotloop.upstream")
@@ -174,7 +174,7 @@ class UpstreamBackend:
             raise StaleConnection(BackendError(f"The upstream engine failed: {exc} ({url}).")) from None
         except http1.ConnectFailed as exc:
             raise Retryable(BackendError(f"The upstream engine did not connect ({url}): {exc}")) from None
-        except http1.EngineHTTPError as exc:
+        except http1.HTTPError as exc:
             raise Retryable(BackendError(f"The upstream engine failed: {exc} ({url}).")) from None
         finally:
             silence.close()
@@ -203,7 +203,7 @@ def _silent(url: str, limit: float) -> Retryable:
 async def status_error(url: str, response: http1.Response) -> Exception:
     """An HTTP error from the engine as a `BackendError` with the closest `response.failed` code."""
     raw = b""
-    with contextlib.suppress(http1.EngineHTTPError):
+    with contextlib.suppress(http1.HTTPError):
         while len(raw) < ERROR_BODY_BYTES and (part := await response.read()):
             raw += part
     detail = error_message(raw[:ERROR_BODY_BYTES])

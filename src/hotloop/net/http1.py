@@ -1,19 +1,22 @@
-"""An engine's HTTP/1.1 connections, hotloop's own: asyncio protocols whose responses httptools parses (llhttp, the
-C parser uvicorn reads requests with), pooled per origin with keep-alive.
+"""hotloop's own HTTP/1.1 client: asyncio protocols whose responses httptools parses (llhttp, the C parser uvicorn
+reads requests with), pooled per origin with keep-alive. Engines' streams (backends/upstream/) and MCP servers'
+requests (mcp/streamable.py) go through it.
 
-Per chunk of an engine's stream this costs one `data_received`, llhttp's callbacks (`on_body` appends the bytes) and
+Per chunk of a streamed body this costs one `data_received`, llhttp's callbacks (`on_body` appends the bytes) and
 the reader woken if it waits: no stream-reader object, timer or buffer bookkeeping per chunk, and per request one
 write of the head and body. aiohttp spent ~0.5 ms of a 4 ms turn on those (docs/benchmarks.md, issue 22).
 
-What a caller gets: `Pool.post(url, body, headers)` sends the request and returns the `Response` once its head has
-arrived; `Response.read()` gives the body bytes that arrived since the last read (`b""` at its end);
-`Response.release()` hands the connection back once the body has ended (at once when it has, else when its end
-arrives within `DRAIN_S`, else it is closed); `Response.close()` closes it at once, which is how an engine learns to
-stop generating. Failures are `EngineHTTPError`s: `ConnectFailed` (no connection), `StaleConnection` (a pooled
-connection the engine had closed: the request never reached it), `ConnectionClosed` and `BadResponse`.
+What a caller gets: `Pool.request(method, url, body, headers)` (`Pool.post` for a POST) sends the request and
+returns the `Response` once its head has arrived; `Response.header(name)` gives a header the pool was built to
+`capture` (no other header is kept); `Response.read()` gives the body bytes that arrived since the last read (`b""`
+at its end); `Response.release()` hands the connection back once the body has ended (at once when it has, else
+when its end arrives within `DRAIN_S`, else it is closed); `Response.close()` closes it at once, which is how a
+server learns to stop. Failures are `HTTPError`s: `ConnectFailed` (no connection), `StaleConnection` (a pooled
+connection the server had closed: the request never reached it), `ConnectionClosed` and `BadResponse`.
 
-What it does not do, because engines do not need it: proxies, redirects, cookies, compression (no Accept-Encoding
-is sent, so bodies come as they are), HTTP/2, `Expect: 100-continue`.
+What it does not do, because engines and MCP servers do not need it: proxies, redirects (a caller sees the 3xx and
+its `Location`), cookies, compression (no Accept-Encoding is sent, so bodies come as they are), HTTP/2,
+`Expect: 100-continue`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import asyncio
 import ssl
 import time
 import urllib.parse
-from typing import NamedTuple, cast
+from collections.abc import Coroutine, Iterable
+from typing import Any, NamedTuple, cast
 
 import httptools
 
@@ -31,23 +35,23 @@ DRAIN_S = 0.25  # the longest wait for a released response's end (it normally fo
 IDLE_S = 15.0  # a pooled connection idle longer is closed rather than reused (servers close theirs after 5-60 s)
 
 
-class EngineHTTPError(Exception):
-    """The connection to the engine failed."""
+class HTTPError(Exception):
+    """The connection to the server failed."""
 
 
-class ConnectFailed(EngineHTTPError):
+class ConnectFailed(HTTPError):
     """No connection could be made (refused, unresolvable, timed out, TLS)."""
 
 
-class StaleConnection(EngineHTTPError):
-    """A pooled keep-alive connection closed before any answer: the engine had closed it as the request went out."""
+class StaleConnection(HTTPError):
+    """A pooled keep-alive connection closed before any answer: the server had closed it as the request went out."""
 
 
-class ConnectionClosed(EngineHTTPError):
-    """The engine closed or reset the connection before the response ended."""
+class ConnectionClosed(HTTPError):
+    """The server closed or reset the connection before the response ended."""
 
 
-class BadResponse(EngineHTTPError):
+class BadResponse(HTTPError):
     """What came back is not HTTP/1.1."""
 
 
@@ -90,10 +94,11 @@ class _Connection(asyncio.Protocol):
         self.buffered = 0
         self.paused = False
         self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []  # the response's headers the pool captures, names lowercased
         self.framed = False  # Content-Length or chunked: the body has an end of its own (else: until closed)
         self.answered = False  # some byte of a response arrived
         self.complete = False  # the response's body has ended
-        self.error: EngineHTTPError | None = None
+        self.error: HTTPError | None = None
         self.reusable = True
         self.releasing: asyncio.TimerHandle | None = None  # released before its end: closed if it does not come
         self.idle_since = 0.0
@@ -106,12 +111,12 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.answered = True
         if self.parser is None:  # nothing asked: a server speaking out of turn
-            self._fail(BadResponse("The engine sent bytes no request asked for."))
+            self._fail(BadResponse("The server sent bytes no request asked for."))
             return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(BadResponse(f"The engine's response is not HTTP/1.1: {exc}"))
+            self._fail(BadResponse(f"The server's response is not HTTP/1.1: {exc}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.reusable = False
@@ -120,9 +125,9 @@ class _Connection(asyncio.Protocol):
             if self.head is not None and self.head.done() and not self.framed:
                 self._ended()  # a body that ends when the connection does
             elif not self.answered:
-                self._fail(StaleConnection("The engine closed the connection before answering."))
+                self._fail(StaleConnection("The server closed the connection before answering."))
             else:
-                self._fail(ConnectionClosed(f"The engine closed the connection mid-response ({exc or 'EOF'})."))
+                self._fail(ConnectionClosed(f"The server closed the connection mid-response ({exc or 'EOF'})."))
         self.transport = None
 
     # -- llhttp -----------------------------------------------------------------------------------------------------
@@ -131,6 +136,8 @@ class _Connection(asyncio.Protocol):
         lowered = name.lower()
         if lowered == b"content-length" or (lowered == b"transfer-encoding" and b"chunked" in value.lower()):
             self.framed = True
+        if lowered in self.pool.capture:  # an empty set for engines: nothing kept
+            self.headers.append((lowered, value))
 
     def on_headers_complete(self) -> None:
         assert self.parser is not None
@@ -157,7 +164,7 @@ class _Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self.parser = httptools.HttpResponseParser(self)
         self.head, self.waiter = loop.create_future(), None
-        self.body, self.buffered, self.status, self.error = [], 0, 0, None
+        self.body, self.buffered, self.status, self.error, self.headers = [], 0, 0, None, []
         self.framed = self.answered = self.complete = False
         self.transport.writelines((head, body))
 
@@ -206,7 +213,7 @@ class _Connection(asyncio.Protocol):
             self.releasing = None
             self.pool.give_back(self)
 
-    def _fail(self, error: EngineHTTPError) -> None:
+    def _fail(self, error: HTTPError) -> None:
         self.reusable = False
         if self.error is None:
             self.error = error
@@ -224,14 +231,22 @@ class _Connection(asyncio.Protocol):
 
 
 class Response:
-    """One response of the engine: its status, its body as it arrives, then released or closed."""
+    """One response: its status, the headers its pool captures, its body as it arrives, then released or closed."""
 
-    __slots__ = ("_conn", "_done", "status")
+    __slots__ = ("_conn", "_done", "headers", "status")
 
     def __init__(self, conn: _Connection) -> None:
         self._conn = conn
         self._done = False
         self.status = conn.status
+        self.headers = conn.headers
+
+    def header(self, name: bytes) -> str | None:
+        """The first value of header `name` (lowercase; one of the pool's `capture`), None when it was not sent."""
+        for captured, value in self.headers:
+            if captured == name:
+                return value.decode("latin-1")
+        return None
 
     async def read(self) -> bytes:
         """The body bytes that arrived since the last read, waiting for some; `b""` once the body has ended."""
@@ -244,18 +259,22 @@ class Response:
             self._conn.release()
 
     def close(self) -> None:
-        """Cut it short: the connection is closed now (the engine sees the client go)."""
+        """Cut it short: the connection is closed now (the server sees the client go)."""
         if not self._done:
             self._done = True
             self._conn.close()
 
 
 class Pool:
-    """Keep-alive connections per origin, at most `limit` in use at once; `headers` go on every request."""
+    """Keep-alive connections per origin, at most `limit` in use at once (0: no limit); `headers` go on every
+    request; `capture`: the response headers kept for `Response.header` (lowercase names), none by default."""
 
-    def __init__(self, limit: int, connect_timeout_s: float, headers: dict[str, str]) -> None:
+    def __init__(
+        self, limit: int, connect_timeout_s: float, headers: dict[str, str], *, capture: Iterable[bytes] = ()
+    ) -> None:
         self.limit = limit
         self.connect_timeout_s = connect_timeout_s
+        self.capture = frozenset(capture)
         self._headers = "".join(f"{name}: {value}\r\n" for name, value in headers.items()).encode()
         self._idle: dict[Origin, list[_Connection]] = {}
         self._busy: set[_Connection] = set()
@@ -274,12 +293,19 @@ class Pool:
         """Connections waiting in the pool for the next request."""
         return sum(len(idle) for idle in self._idle.values())
 
-    async def post(self, url: str, body: bytes, headers: dict[str, str] | None = None) -> Response:
-        """Send `body` to `url` (JSON) and wait for the response's head; a cancellation closes the connection."""
+    def post(self, url: str, body: bytes, headers: dict[str, str] | None = None) -> Coroutine[Any, Any, Response]:
+        """`request(b"POST", …)`: its coroutine, with no frame of its own."""
+        return self.request(b"POST", url, body, headers)
+
+    async def request(
+        self, method: bytes, url: str, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> Response:
+        """Send `body` to `url` and wait for the response's head; a cancellation closes the connection."""
         where = self._targets.get(url)
         if where is None:
             where = self._targets[url] = target(url)
-        head = b"POST %s HTTP/1.1\r\nHost: %s\r\n%sContent-Length: %d\r\n" % (
+        head = b"%s %s HTTP/1.1\r\nHost: %s\r\n%sContent-Length: %d\r\n" % (
+            method,
             where.path,
             where.host,
             self._headers,
@@ -304,7 +330,7 @@ class Pool:
             except StaleConnection:
                 if reused:
                     raise
-                raise ConnectionClosed("The engine closed a new connection before answering.") from None
+                raise ConnectionClosed("The server closed a new connection before answering.") from None
             return Response(conn)
         except BaseException:
             if conn is None:
