@@ -27,6 +27,7 @@ import pytest
 
 import hotloop.pipeline.prepare as turn_module
 from conftest import RunningServer, start_server
+from hotloop.config import Upstream
 from hotloop.observability.logs import RequestIds
 from hotloop.wire.request import CreateRequest, decode_item
 from metrics_support import Scrape, metrics_url
@@ -252,8 +253,12 @@ def test_codex_edits_a_file_through_the_freeform_apply_patch(codex_bin: Path, se
 
 def test_models_answers_codex_with_its_catalog(tmp_path: Path) -> None:
     """Codex's catalog request gets `{"models": [...]}` with the fields Codex 0.171.0 requires; the OpenAI list
-    shape is unchanged for everyone else."""
-    server = start_server(tmp_path, models=["hotloop-sim"])
+    shape is unchanged for everyone else. The freeform apply_patch goes to the models that follow Codex's grammar as
+    they write: hotloop-sim, and smollm2-135m (its mask takes a Lark grammar without recursion); not to an engine
+    behind openai-chat, which is only checked afterwards."""
+    engine = Upstream(backend="openai-chat", url="http://127.0.0.1:9/v1", upstream_model="m")
+    served = ["hotloop-sim", "smollm2-135m", "engine"]
+    server = start_server(tmp_path, models=served, upstreams={"engine": engine})
     try:
         with server.http() as http:
             catalog = http.get("/models", params={"client_version": "0.171.0"})
@@ -262,7 +267,7 @@ def test_models_answers_codex_with_its_catalog(tmp_path: Path) -> None:
         server.stop()
     assert catalog.status_code == 200 and plain.status_code == 200
     entries = {entry["slug"]: entry for entry in catalog.json()["models"]}
-    assert set(entries) == {model["id"] for model in plain.json()["data"]} == {"hotloop-sim"}
+    assert set(entries) == {model["id"] for model in plain.json()["data"]} == set(served)
     sim = entries["hotloop-sim"]
     required = {
         "display_name": str,
@@ -280,4 +285,6 @@ def test_models_answers_codex_with_its_catalog(tmp_path: Path) -> None:
     assert all(isinstance(sim[name], kind) for name, kind in required.items()), sim
     assert sim["context_window"] == 131_072
     assert sim["apply_patch_tool_type"] == "freeform"  # hotloop-sim follows Lark grammars
+    assert entries["smollm2-135m"]["apply_patch_tool_type"] == "freeform"
+    assert "apply_patch_tool_type" not in entries["engine"]  # Codex's default: the JSON function
     assert plain.json()["object"] == "list" and "models" not in plain.json()

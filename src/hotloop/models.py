@@ -33,9 +33,10 @@ class Model:
         grammars: frozenset[str] = frozenset(),
     ) -> None:
         self.id = id
-        # The grammar syntaxes (lark, regex) whose custom tools' inputs this model is made to follow as it writes
-        # them; any other grammar is checked once the input is written (tools/grammar.py). Codex's catalog offers
-        # the freeform `apply_patch` to a model with `lark` (wire/codex_catalog.py).
+        # The grammar syntaxes (lark, regex; regular-lark: Lark without recursion) whose custom tools' inputs this
+        # model is made to follow as it writes them; any other grammar is checked once the input is written
+        # (tools/grammar.py). Codex's catalog offers the freeform `apply_patch`, whose Lark grammar has no
+        # recursion, to a model with either Lark (`follows_codex_patches`, wire/codex_catalog.py).
         self.grammars = grammars
         self.backend = backend
         self.chat = chat
@@ -47,6 +48,11 @@ class Model:
         # How its prompts are written (chat/render.py): the dialect, chosen once; an upstream engine's chat API
         # (`takes_messages`) gets items, not tokens (backends/upstream/chat.py).
         self.style = Style.of(chat, reasoning, tokens=not takes_messages)
+
+    @property
+    def follows_codex_patches(self) -> bool:
+        """Codex's apply_patch grammar (Lark, no recursion) is followed as the model writes."""
+        return not self.grammars.isdisjoint({"lark", "regular-lark"})
 
     @property
     def takes_messages(self) -> bool:
@@ -140,9 +146,11 @@ def build_registry(settings: Settings) -> ModelRegistry:
             n_threads=settings.llama_threads or None,
             kv_cache_bytes=settings.llama_kv_cache_bytes,
         )
-        # A regex grammar constrains its decoding (backends/local/guided.py); a Lark one is checked afterwards.
+        # A regex grammar constrains its decoding (backends/local/guided.py), and so does a Lark grammar without
+        # recursion, as one regex (tools/lark_regex.py: Codex's apply_patch is one); a recursive one is checked
+        # afterwards.
         models[SMOLLM2] = Model(
-            SMOLLM2, backend, chat, context_window=settings.llama_n_ctx, grammars=frozenset({"regex"})
+            SMOLLM2, backend, chat, context_window=settings.llama_n_ctx, grammars=frozenset({"regex", "regular-lark"})
         )
     for name, upstream in served.items():
         models[name] = _upstream_model(name, upstream, chat)

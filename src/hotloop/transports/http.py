@@ -232,7 +232,7 @@ async def list_models(request: Request) -> Response:
     service, _ = http_session(request)
     if CLIENT_VERSION_PARAM in request.query_params:  # Codex's catalog request (wire/codex_catalog.py)
         catalog = codex_catalog(
-            [(model.id, model.context_window, "lark" in model.grammars) for model in service.models]
+            [(model.id, model.context_window, model.follows_codex_patches) for model in service.models]
         )
         return raw_json(msgspec.json.encode(catalog))
     return JSONResponse({"object": "list", "data": [_model_object(model) for model in service.models]})

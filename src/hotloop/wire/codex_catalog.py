@@ -60,7 +60,7 @@ class CodexCatalog(msgspec.Struct):
 
 
 def codex_catalog(models: list[tuple[str, int, bool]]) -> CodexCatalog:
-    """The catalog for served models, given as (id, context window, follows Lark grammars) in the server's order."""
+    """The catalog for served models, given as (id, context window, follows Codex's apply_patch grammar) in order."""
     return CodexCatalog(
         models=[
             CodexModel(
