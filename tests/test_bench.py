@@ -57,7 +57,8 @@ def test_agent_loop_with_a_reasoning_model(tmp_path: Path) -> None:
     out = tmp_path / "loop.json"
     argv = ["bench", "agent-loop", "--turns", "3", "--context-tokens", "3000", "--tps", "1000", "--ttft-ms", "2"]
     argv += ["--tool-ms", "1", "--runs", "1", "--modes", ",".join(MODES), "--reasoning-tokens", "20", "--quiet"]
-    assert main([*argv, "--json", str(out)]) == 0
+    # hotloop in a thread of this process, as before issue 31: the structure is the same, and it starts faster
+    assert main([*argv, "--json", str(out), "--in-process-server"]) == 0
     result = json.loads(out.read_text())
     contexts = {}
     for mode in MODES:
@@ -90,7 +91,7 @@ def test_agent_loop_with_typed_tools_beside_function_tools(tmp_path: Path, capsy
     out = tmp_path / "typed.json"
     argv = ["bench", "agent-loop", "--turns", "8", "--context-tokens", "3000", "--tps", "5000", "--ttft-ms", "1"]
     argv += ["--tool-ms", "1", "--runs", "1", "--modes", "http-full,ws", "--tools", "function,typed", "--quiet"]
-    assert main([*argv, "--json", str(out)]) == 0
+    assert main([*argv, "--json", str(out), "--in-process-server"]) == 0
     result = json.loads(out.read_text())
     assert list(result["modes"]) == ["http-full", "http-full+typed", "ws", "ws+typed"]
     assert result["config"]["tools"] == ["function", "typed"]
@@ -136,7 +137,7 @@ def test_agent_loop_with_deferred_tools(tmp_path: Path, capsys: pytest.CaptureFi
     out = tmp_path / "deferred.json"
     argv = ["bench", "agent-loop", "--turns", "3", "--context-tokens", "3000", "--tps", "5000", "--ttft-ms", "1"]
     argv += ["--tool-ms", "1", "--runs", "1", "--modes", "http-full,http-chain,ws", "--deferred", "20", "--quiet"]
-    assert main([*argv, "--json", str(out)]) == 0
+    assert main([*argv, "--json", str(out), "--in-process-server"]) == 0
     result = json.loads(out.read_text())
     saved = result["deferred"]
     assert saved["tools"] == 20 and 0 < saved["input_tokens_deferred"] < saved["input_tokens_inline"]
@@ -175,10 +176,13 @@ def test_agent_loop_in_the_server_over_mcp(
         assert run["turns"][0]["tool_ms"] >= 3 * 5
         assert run["e2e_ms"] >= run["physical_ms"] > 3 * 5
         assert measured["tools_list_requests"] == 1  # the continuation reused the chain's list
-        if json_response:  # a JSON body is read to its end: the SDK client keeps its connection
-            assert measured["tcp_connections"] <= 2
+        # hotloop's lean client reads each answer to its end, a JSON body or an event stream: its connection is
+        # kept (the SDK's client opened one a call on event streams)
+        assert measured["tcp_connections"] <= 2
         assert 0 <= measured["list_cached_ms"] < measured["list_first_ms"]
-        assert measured["server_tool_ms"] <= measured["server_request_ms"] <= measured["mcp_call_ms"]
+        # The tool ran inside the server's requests and inside hotloop's calls. (hotloop's lean client has its answer
+        # at the response event; the server's request clock runs on to its stream's end, so either may be longer.)
+        assert measured["server_tool_ms"] <= min(measured["server_request_ms"], measured["mcp_call_ms"])
         assert measured["hotloop_per_step_ms"] == pytest.approx(
             measured["extension_per_step_ms"] + measured["dispatch_per_step_ms"]
         )

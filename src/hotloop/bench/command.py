@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import sys
 from collections.abc import Callable, Coroutine, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
-
-import msgspec
+from typing import TYPE_CHECKING, Any
 
 from hotloop.bench.clients import MODES, BenchError
+from hotloop.bench.invocation import run_client, upstream_config, upstream_table
 from hotloop.bench.scenario import HISTORY_SHAPES, TOOL_SETS
-from hotloop.config import Upstream, available_cores
+from hotloop.config import available_cores
 
 if TYPE_CHECKING:
-    from hotloop.bench.agent_config import AgentLoopConfig
     from hotloop.bench.load_config import LoadConfig
     from hotloop.bench.progress import Progress
     from hotloop.bench.recording import Recording
 
 Formatter = argparse.ArgumentDefaultsHelpFormatter
-T = TypeVar("T")
 
 
 def _modes(raw: str) -> tuple[str, ...]:
@@ -48,6 +44,16 @@ def _sizes(raw: str) -> tuple[int, ...]:
     if not sizes or min(sizes) < 100:
         raise argparse.ArgumentTypeError("each size must be at least 100 tokens")
     return sizes
+
+
+def _rtts(raw: str) -> tuple[float, ...]:
+    try:
+        rtts = tuple(dict.fromkeys(float(part) for part in raw.split(",") if part.strip()))
+    except ValueError:
+        raise argparse.ArgumentTypeError("a comma-separated list of round-trip times in ms") from None
+    if not rtts or min(rtts) < 0:
+        raise argparse.ArgumentTypeError("each round-trip time must be 0 or more ms")
+    return rtts
 
 
 def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -89,8 +95,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--base-url",
         metavar="URL",
-        help="benchmark a running server (e.g. http://127.0.0.1:8000/v1) instead of starting one in-process; it "
-        "must serve hotloop-sim",
+        help="benchmark a running server (e.g. http://127.0.0.1:8000/v1) instead of starting one; it must serve "
+        "hotloop-sim",
     )
     parser.add_argument("--api-key", metavar="KEY", help="bearer key for --base-url, if the server wants one")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -102,8 +108,9 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="measure per-turn API overhead and agent-loop time",
         description="Benchmarks against hotloop-sim, whose model time is known exactly, so that everything else "
         "(transport, parsing, state, rendering, persistence) shows as overhead. Unless --base-url is given, a "
-        "server is started in-process on 127.0.0.1 (uvicorn with uvloop, httptools, websockets-sansio; a "
-        "temporary data directory; hotloop-sim only). Scenarios: agent-loop, overhead, load; see "
+        "server is started on 127.0.0.1 (uvicorn with uvloop, httptools, websockets-sansio; a temporary data "
+        "directory; hotloop-sim only): agent-loop and load run it as a process of its own, overhead in-process. "
+        "Scenarios: agent-loop, overhead, load; see "
         "`hotloop bench SCENARIO --help`. docs/benchmarks.md has results and how to read them.",
         formatter_class=Formatter,
     )
@@ -179,6 +186,21 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         action="store_true",
         help="with --mcp: the MCP server answers each request with a JSON body, not an event stream (the SDK "
         "client then keeps its connection; with event streams it opens one per request)",
+    )
+    loop.add_argument(
+        "--client-rtt-ms",
+        type=_rtts,
+        metavar="RTTS",
+        help="a far client: run the modes at each of these comma-separated round-trip times R (ms, e.g. "
+        "0,5,20,50) between the bench's client and hotloop, through a latency-injecting TCP proxy (its own process, "
+        "R/2 each way; R=0 direct); --mcp's MCP server stays next to hotloop. Reports per R and mode e2e, the "
+        "physical limit (no RTT in it), limit + round trips x R and the ratios to ws; --plot draws them against R",
+    )
+    loop.add_argument(
+        "--in-process-server",
+        action="store_true",
+        help="run hotloop in a thread of the bench's process (the client then shares its GIL), not as a process of "
+        "its own (`hotloop serve`, one worker): the set-up of the figures measured before issue 31",
     )
     _upstream_arguments(loop)
     _common(loop)
@@ -349,36 +371,19 @@ def run_bench(args: argparse.Namespace) -> int:
     failed = False
     try:
         if args.scenario == "agent-loop":
-            from hotloop.bench.agent_config import AgentLoopConfig
-            from hotloop.bench.agent_loop import run_agent_loop
+            from hotloop.bench.agent_command import run_agent_command
 
-            config = AgentLoopConfig(
-                turns=args.turns,
-                context_tokens=args.context_tokens,
-                tps=args.tps,
-                tool_ms=args.tool_ms,
-                ttft_ms=args.ttft_ms,
-                reasoning_tokens=args.reasoning_tokens,
-                compact_threshold=args.compact_threshold,
-                modes=(*args.modes, "mcp") if args.mcp else args.modes,
-                runs=args.runs,
-                mcp=args.mcp,
-                mcp_json_response=args.mcp_json_response,
-                tools=args.tools,
-                deferred=args.deferred,
-                **_upstream_config(args),
-            )
-            if args.mcp_json_response and not args.mcp:
-                raise BenchError("--mcp-json-response is an option of --mcp")
-            if args.mcp and (args.tools != ("function",) or args.deferred):
-                raise BenchError("--mcp compares with the ws loop of function tools: not with --tools or --deferred")
-            if args.mcp:
-                result = _with_mcp_server(args, config, progress)
+            result = run_agent_command(args, progress)
+            if "client_rtt" in result:
+                from hotloop.bench import rtt_report
+
+                print(rtt_report.rtt_table(result))
+                if args.plot:
+                    rtt_report.plot_rtt(result, args.plot)
             else:
-                result = _with_server(args, lambda url: run_agent_loop(url, config, args.api_key, progress))
-            print(report.agent_loop_table(result))
-            if args.plot:
-                report.plot_agent_loop(result, args.plot)
+                print(report.agent_loop_table(result))
+                if args.plot:
+                    report.plot_agent_loop(result, args.plot)
         elif args.scenario == "load":
             from hotloop.bench.load import any_errors
 
@@ -423,8 +428,8 @@ def _run_load(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
             config = _load_config(args, count)
             with _load_target(args, count, server_cpus) as (url, api_key, pid):
                 if args.floor and recording is None:
-                    recording = _run(record_rollout(url, config, api_key))
-                run = _run(run_load(url, config, api_key, progress, pid))
+                    recording = run_client(record_rollout(url, config, api_key))
+                run = run_client(run_load(url, config, api_key, progress, pid))
             if recording is not None:
                 run["floor"] = _floor_run(config, recording, progress, server_cpus)
                 run["vs_floor"] = floor_ratios(run, run["floor"])
@@ -451,7 +456,7 @@ def _load_config(args: argparse.Namespace, count: int) -> LoadConfig:
         rollouts=args.rollouts,
         store=args.store,
         idle_s=args.idle_s,
-        upstream=_upstream_config(args),
+        upstream=upstream_config(args),
     )
 
 
@@ -470,12 +475,11 @@ def _load_target(
         return
     settings: dict[str, Any] = {"workers": args.workers, "max_connections_per_key": count + 16}
     settings["max_connections"] = count + 16
-    upstream = _upstream(args)
+    upstream = upstream_table(args)
     if upstream is not None:  # hotloop serves the engine as its one model
-        from hotloop.bench.server import UPSTREAM_MODEL
+        from hotloop.bench.server_process import UPSTREAM_MODEL
 
-        settings.update(models=UPSTREAM_MODEL, default_model=UPSTREAM_MODEL)
-        settings["upstreams"] = msgspec.json.encode({UPSTREAM_MODEL: upstream}).decode()
+        settings.update(models=UPSTREAM_MODEL, default_model=UPSTREAM_MODEL, upstreams={UPSTREAM_MODEL: upstream})
     if args.store_url:
         settings["store_url"] = args.store_url
     with ServerProcess(cpus, **settings) as server:
@@ -492,73 +496,16 @@ def _floor_run(
 
     with FloorProcess(recording, cpus) as floor:
         job = run_load(floor.base_url, config, None, progress, floor.pid, cpt=recording.chars_per_token, label="floor")
-        return _run(job)
-
-
-def _upstream_config(args: argparse.Namespace) -> dict[str, Any]:
-    if not args.upstream:
-        return {}
-    from hotloop.bench.server import UPSTREAM_MODEL
-
-    return {
-        "model": UPSTREAM_MODEL,
-        "upstream": args.upstream,
-        "prefill_us_per_token": args.prefill_us_per_token,
-        "tool_choice": args.tool_choice,
-        "temperature": args.temperature,
-        "max_output_tokens": args.max_output_tokens,
-    }
+        return run_client(job)
 
 
 def _with_server(
     args: argparse.Namespace, scenario: Callable[[str], Coroutine[Any, Any, dict[str, Any]]]
 ) -> dict[str, Any]:
-    upstream_url = getattr(args, "upstream", None)
+    """The overhead scenario against --base-url or a server in this process."""
     if args.base_url:
-        if upstream_url:
-            raise BenchError("--upstream starts its own hotloop: not with --base-url")
-        return _run(scenario(args.base_url))
+        return run_client(scenario(args.base_url))
     from hotloop.bench.server import InProcessServer
 
-    with InProcessServer(upstream=_upstream(args), context_window=getattr(args, "context_window", None)) as server:
-        return _run(scenario(server.base_url))
-
-
-def _with_mcp_server(args: argparse.Namespace, config: AgentLoopConfig, progress: Progress) -> dict[str, Any]:
-    """`--mcp`: the MCP tool server in its own process, and hotloop (in-process, hotloop-sim) allowed to call it."""
-    from hotloop.bench.agent_loop import run_agent_loop
-    from hotloop.bench.mcp_tools import McpToolProcess
-    from hotloop.bench.server import InProcessServer
-
-    if args.base_url or args.upstream or args.compact_threshold is not None:
-        raise BenchError(
-            "--mcp runs its own hotloop on hotloop-sim: not with --base-url, --upstream or --compact-threshold"
-        )
-    if "ws" not in args.modes:
-        raise BenchError("--mcp returns the ws rollout's tool outputs: --modes must include ws")
-    with McpToolProcess(config.tool_ms, json_response=args.mcp_json_response) as tools:
-        context_window = getattr(args, "context_window", None)
-        with InProcessServer(context_window=context_window, mcp_allowed_urls=[tools.url]) as server:
-            return _run(run_agent_loop(server.base_url, config, None, progress, tools))
-
-
-def _upstream(args: argparse.Namespace) -> Upstream | None:
-    """The `[upstreams.upstream]` table of --upstream and its options; None without --upstream."""
-    if not getattr(args, "upstream", None):
-        return None
-    extra = {"upstream_model": args.upstream_model} if args.upstream_model else {}
-    if args.tokenizer:
-        extra["tokenizer"] = args.tokenizer
-    if getattr(args, "context_window", None):
-        extra["context_window"] = args.context_window
-    return Upstream(backend=args.upstream_backend, url=args.upstream, dialect=args.dialect, retries=0, **extra)
-
-
-def _run(job: Coroutine[Any, Any, T]) -> T:
-    """Run the client on uvloop when it is installed (as the server does), else on asyncio's default loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(job)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(job)
+    with InProcessServer() as server:
+        return run_client(scenario(server.base_url))

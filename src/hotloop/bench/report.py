@@ -48,13 +48,13 @@ def environment() -> dict[str, Any]:
     }
 
 
-def _fmt(value: float | None, digits: int = 1) -> str:
+def fmt(value: float | None, digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return f"{value:.{digits}f}"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True)))]
     lines.append("  ".join("-" * w for w in widths))
@@ -99,23 +99,23 @@ def agent_loop_table(result: dict[str, Any]) -> str:
         rows.append(
             [
                 mode,
-                _fmt(m["e2e_ms"] / 1000, 3),
-                _fmt(m["physical_ms"] / 1000, 3),
-                _fmt(m["e2e_over_physical"], 3),
+                fmt(m["e2e_ms"] / 1000, 3),
+                fmt(m["physical_ms"] / 1000, 3),
+                fmt(m["e2e_over_physical"], 3),
                 str(m["turns_completed"]),
-                _fmt(m["ttft_ms"], 2),
-                _fmt(m.get("overhead_ms"), 2),
-                _fmt(m.get("overhead_first_turn_ms"), 2),
-                _fmt(m.get("overhead_last_turn_ms"), 2),
+                fmt(m["ttft_ms"], 2),
+                fmt(m.get("overhead_ms"), 2),
+                fmt(m.get("overhead_first_turn_ms"), 2),
+                fmt(m.get("overhead_last_turn_ms"), 2),
                 str(m["context_last_turn_tokens"]),
             ]
         )
-    ratios = "\n".join(f"  {name}: {_fmt(value, 3)}" for name, value in result["ratios"].items())
+    ratios = "\n".join(f"  {name}: {fmt(value, 3)}" for name, value in result["ratios"].items())
     model = "(ttft + (output_tokens-1)/tps)"
     if upstream:
         model = "(the engine's own time where it reports one, else uncached input x prefill + (output_tokens-1)/tps)"
     legend = f"overhead = turn time seen by the client - model time {model}; first/last: at the first/last turn"
-    text = f"{head}\n{_table(header, rows)}\n{legend}\nratios (medians):\n{ratios}"
+    text = f"{head}\n{table(header, rows)}\n{legend}\nratios (medians):\n{ratios}"
     text += _compaction_table(result) + _mcp_table(result) + _tools_lines(result)
     return text + ("\n" + cached_table(result) if upstream else "")
 
@@ -135,15 +135,15 @@ def _tools_lines(result: dict[str, Any]) -> str:
         lines.append(
             f"deferred tools ({saved['tools']}): first-turn prompt {saved['input_tokens_deferred']} tokens deferred vs "
             f"{saved['input_tokens_inline']} inline: {saved['saved_tokens']} saved "
-            f"({_fmt(100 * saved['saved_ratio'], 1)}%; usage.input_tokens, one request each, answered in text)"
+            f"({fmt(100 * saved['saved_ratio'], 1)}%; usage.input_tokens, one request each, answered in text)"
         )
         for mode, data in result["modes"].items():
             m = data["median"]
             if "searches" in m:
                 lines.append(
-                    f"  {mode}: {_fmt(m['searches'], 0)} search(es) loading {_fmt(m['loaded_tools'], 0)} tools; "
+                    f"  {mode}: {fmt(m['searches'], 0)} search(es) loading {fmt(m['loaded_tools'], 0)} tools; "
                     f"first turn {m['context_first_turn_tokens']} input tokens (search + call: two generations), "
-                    f"overhead {_fmt(m['overhead_first_turn_ms'], 2)} ms"
+                    f"overhead {fmt(m['overhead_first_turn_ms'], 2)} ms"
                 )
     return "\n".join(lines)
 
@@ -159,17 +159,17 @@ def _compaction_table(result: dict[str, Any]) -> str:
             rows.append(
                 [
                     mode,
-                    _fmt(m["compactions"], 0),
-                    _fmt(m["overhead_compacting_turn_ms"], 2),
-                    _fmt(m["overhead_other_turns_ms"], 2),
-                    "-" if cached is None else _fmt(cached, 3),
+                    fmt(m["compactions"], 0),
+                    fmt(m["overhead_compacting_turn_ms"], 2),
+                    fmt(m["overhead_other_turns_ms"], 2),
+                    "-" if cached is None else fmt(cached, 3),
                     str(m["context_max_tokens"]),
                 ]
             )
     if not rows:
         return ""
     header = ["mode", "compactions", "compacting ms", "other ms", "cached after", "ctx max"]
-    return "\ncompaction (overhead per turn, medians):\n" + _table(header, rows)
+    return "\ncompaction (overhead per turn, medians):\n" + table(header, rows)
 
 
 def _mcp_table(result: dict[str, Any]) -> str:
@@ -180,23 +180,23 @@ def _mcp_table(result: dict[str, Any]) -> str:
     m = modes["mcp"]["median"]
     mcp = m["mcp"]
     rows = [
-        [mode, _fmt(modes[mode]["median"]["excess_ms"], 1), _fmt(modes[mode]["median"]["excess_per_step_ms"], 2)]
+        [mode, fmt(modes[mode]["median"]["excess_ms"], 1), fmt(modes[mode]["median"]["excess_per_step_ms"], 2)]
         for mode in modes
     ]
     lines = [
         f"\nloop in the server (mcp: {int(mcp['steps'])} MCP calls inside one response, {int(mcp['generations'])} "
         "generations) beside the client-run loops; excess = e2e - limit:",
-        _table(["mode", "excess ms", "per step ms"], rows),
+        table(["mode", "excess ms", "per step ms"], rows),
         "hotloop's own time per MCP step (medians, ms; from hotloop:timing_metrics and the MCP server's clock):",
-        f"  prompt extension (mcp_step)                    {_fmt(mcp['extension_per_step_ms'], 3)}",
-        f"  call dispatch beyond the MCP server's request  {_fmt(mcp['dispatch_per_step_ms'], 3)}",
-        f"  = hotloop per step                             {_fmt(mcp['hotloop_per_step_ms'], 3)}",
-        f"  MCP server SDK per call (request - tool)       {_fmt(mcp['server_sdk_per_call_ms'], 3)}",
-        f"  all beyond the tool's own time per step        {_fmt(mcp['beyond_tool_per_step_ms'], 3)}",
-        f"  tool list: first create {_fmt(mcp['list_first_ms'], 3)}, cached (a continuation) "
-        f"{_fmt(mcp['list_cached_ms'], 3)}; tools/list requests per run {_fmt(mcp['tools_list_requests'], 0)}",
+        f"  prompt extension (mcp_step)                    {fmt(mcp['extension_per_step_ms'], 3)}",
+        f"  call dispatch beyond the MCP server's request  {fmt(mcp['dispatch_per_step_ms'], 3)}",
+        f"  = hotloop per step                             {fmt(mcp['hotloop_per_step_ms'], 3)}",
+        f"  MCP server SDK per call (request - tool)       {fmt(mcp['server_sdk_per_call_ms'], 3)}",
+        f"  all beyond the tool's own time per step        {fmt(mcp['beyond_tool_per_step_ms'], 3)}",
+        f"  tool list: first create {fmt(mcp['list_first_ms'], 3)}, cached (a continuation) "
+        f"{fmt(mcp['list_cached_ms'], 3)}; tools/list requests per run {fmt(mcp['tools_list_requests'], 0)}",
         f"  MCP server answers with {'JSON bodies' if result['config'].get('mcp_json_response') else 'event streams'}"
-        f"; TCP connections per run {_fmt(mcp['tcp_connections'], 0)}",
+        f"; TCP connections per run {fmt(mcp['tcp_connections'], 0)}",
     ]
     return "\n".join(lines)
 
@@ -213,7 +213,7 @@ def cached_table(result: dict[str, Any]) -> str:
             entry = result["modes"][mode]["per_turn_median"][index]
             row += [str(entry["context_tokens"]), f"{entry['cached_ratio'] * 100:.1f}%"]
         rows.append(row)
-    return "cached-token ratio per turn (engine prefix cache hits / prompt tokens, medians):\n" + _table(header, rows)
+    return "cached-token ratio per turn (engine prefix cache hits / prompt tokens, medians):\n" + table(header, rows)
 
 
 def overhead_table(result: dict[str, Any]) -> str:
@@ -225,12 +225,12 @@ def overhead_table(result: dict[str, Any]) -> str:
         rows.append(
             [
                 str(entry["context_tokens"]),
-                *(_fmt(data[mode][stat], 2) for mode in modes for stat in ("median_ms", "p90_ms")),
+                *(fmt(data[mode][stat], 2) for mode in modes for stat in ("median_ms", "p90_ms")),
             ]
         )
-    ratios = "\n".join(f"  {name}: {_fmt(value, 3)}" for name, value in result["ratios"].items())
+    ratios = "\n".join(f"  {name}: {fmt(value, 3)}" for name, value in result["ratios"].items())
     head = f"overhead: per-turn time of a small continuation, {result['config']['samples']} samples per mode and size"
-    return f"{head}\n{_table(header, rows)}\nratios (medians):\n{ratios}"
+    return f"{head}\n{table(header, rows)}\nratios (medians):\n{ratios}"
 
 
 def load_table(result: dict[str, Any]) -> str:
@@ -267,7 +267,7 @@ def load_table(result: dict[str, Any]) -> str:
     errors = [message for run in result["runs"] for message in run["error_messages"]]
     errors += [message for run in result["runs"] for message in (run.get("floor") or {}).get("error_messages", [])]
     tail = "".join(f"\n  error: {message}" for message in errors[:10])
-    return f"{head}\n{_table(header, rows)}\n{legend}\n{verdict}{_cores_lines(result)}{_floor_lines(result)}{tail}"
+    return f"{head}\n{table(header, rows)}\n{legend}\n{verdict}{_cores_lines(result)}{_floor_lines(result)}{tail}"
 
 
 def _cores_lines(result: dict[str, Any]) -> str:
@@ -292,19 +292,19 @@ def _load_row(run: dict[str, Any], name: str) -> list[str]:
         name,
         f"{run['turns']}/{run['turns_expected']}",
         str(run["errors"]),
-        f"{_fmt(over['p50'], 2)} / {_fmt(over['p99'], 2)}",
-        f"{_fmt(server['p50'], 2)} / {_fmt(server['p99'], 2)}",
-        f"{_fmt(run['connect_ms']['p50'], 0)} / {_fmt(run['connect_ms']['p99'], 0)}",
-        _fmt(run["ttft_ms"]["p50"], 2),
-        _fmt(run["turns_per_s"], 0),
-        _fmt(run["server_cpu_s"], 2),
-        _fmt(run.get("server_cpu_ms_per_turn"), 2),
-        _fmt(run["server_cpu_percent"], 0),
-        _fmt(run.get("server_idle_cpu_ms_per_s"), 1),
-        _fmt(run["server_peak_rss_mib"], 0),
-        _fmt(run["client_cpu_s"], 2),
-        _fmt(run["wall_s"], 2),
-        "/".join(_fmt(value, 1) for value in run["loadavg_1m"]),
+        f"{fmt(over['p50'], 2)} / {fmt(over['p99'], 2)}",
+        f"{fmt(server['p50'], 2)} / {fmt(server['p99'], 2)}",
+        f"{fmt(run['connect_ms']['p50'], 0)} / {fmt(run['connect_ms']['p99'], 0)}",
+        fmt(run["ttft_ms"]["p50"], 2),
+        fmt(run["turns_per_s"], 0),
+        fmt(run["server_cpu_s"], 2),
+        fmt(run.get("server_cpu_ms_per_turn"), 2),
+        fmt(run["server_cpu_percent"], 0),
+        fmt(run.get("server_idle_cpu_ms_per_s"), 1),
+        fmt(run["server_peak_rss_mib"], 0),
+        fmt(run["client_cpu_s"], 2),
+        fmt(run["wall_s"], 2),
+        "/".join(fmt(value, 1) for value in run["loadavg_1m"]),
     ]
 
 
@@ -316,8 +316,8 @@ def _floor_lines(result: dict[str, Any]) -> str:
         if ratios:
             lines.append(
                 f"\n  {run['connections']} connections: server CPU ms/turn "
-                f"{_fmt(ratios['server_cpu_ms_per_turn'], 2)}x, overhead p50 {_fmt(ratios['overhead_p50'], 2)}x, "
-                f"p99 {_fmt(ratios['overhead_p99'], 2)}x"
+                f"{fmt(ratios['server_cpu_ms_per_turn'], 2)}x, overhead p50 {fmt(ratios['overhead_p50'], 2)}x, "
+                f"p99 {fmt(ratios['overhead_p99'], 2)}x"
             )
     if not lines:
         return ""

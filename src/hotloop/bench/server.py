@@ -1,18 +1,15 @@
-"""The benchmark's own server: hotloop in a thread on 127.0.0.1 (a free port), a temporary data directory, and
-hotloop-sim only, or one upstream model (`hotloop bench agent-loop --upstream`), and the MCP servers a request
-may name (`--mcp`: the bench's own); a context manager."""
+"""The benchmark's own server in this process: hotloop in a thread on 127.0.0.1 (a free port), a temporary data
+directory, and the agent loop's settings (server_process.py `bench_settings`); a context manager. The overhead
+scenario's server, and the agent loop's with --in-process-server (its client then shares the GIL with it)."""
 
 from __future__ import annotations
 
 import tempfile
 from types import TracebackType
 
-import msgspec
-
+from hotloop.bench.server_process import bench_settings
 from hotloop.config import Settings, Upstream
 from hotloop.transports.server import ThreadedServer
-
-UPSTREAM_MODEL = "upstream"
 
 
 class InProcessServer:
@@ -24,21 +21,9 @@ class InProcessServer:
         mcp_allowed_urls: list[str] | None = None,
     ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="hotloop-bench-")
-        model = "hotloop-sim" if upstream is None else UPSTREAM_MODEL
-        settings = Settings(
-            data_dir=self._tmp.name,
-            models=[model],
-            default_model=model,
-            upstreams={} if upstream is None else {UPSTREAM_MODEL: upstream},
-            host="127.0.0.1",
-            port=0,
-            log_level=log_level,
-            ws_ping_interval_s=0,  # no pings in the middle of a measurement
-            mcp_allowed_urls=list(mcp_allowed_urls or ()),
-        )
-        if context_window:
-            settings = msgspec.structs.replace(settings, sim_context_window=context_window)
-        self._server = ThreadedServer(settings)
+        values = bench_settings(upstream, context_window, mcp_allowed_urls or ())
+        values.update(data_dir=self._tmp.name, host="127.0.0.1", port=0, log_level=log_level)
+        self._server = ThreadedServer(Settings(**values))
 
     @property
     def base_url(self) -> str:

@@ -1,6 +1,6 @@
-"""The load benchmark's servers in their own processes (so the client's CPU is not the server's): `hotloop serve`,
-and the floor server (bench/floor.py) through the same `ChildServer`; the CPU time and peak memory of such a process
-and its workers, sampled with psutil."""
+"""The benchmarks' servers in their own processes (so the client's CPU is not the server's): `hotloop serve` (the
+load scenario's, and the agent loop's unless --in-process-server), and the floor server (bench/floor.py) through the
+same `ChildServer`; the CPU time and peak memory of such a process and its workers, sampled with psutil."""
 
 from __future__ import annotations
 
@@ -11,11 +11,50 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self
 
 import httpx
+import msgspec
+
+from hotloop.config import Upstream
+
+UPSTREAM_MODEL = "upstream"  # the one model of a hotloop in front of --upstream
+
+
+def bench_settings(
+    upstream: Upstream | None = None, context_window: int | None = None, mcp_allowed_urls: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The settings of the agent loop's own hotloop, in this process or another: hotloop-sim only, or the one
+    upstream model; the simulator's context window; the MCP servers a request may name (`--mcp`: the bench's)."""
+    model = "hotloop-sim" if upstream is None else UPSTREAM_MODEL
+    settings: dict[str, Any] = {
+        "models": [model],
+        "default_model": model,
+        "upstreams": {} if upstream is None else {UPSTREAM_MODEL: upstream},
+        "log_level": "warning",
+        "ws_ping_interval_s": 0,  # no pings in the middle of a measurement
+        "mcp_allowed_urls": list(mcp_allowed_urls),
+    }
+    if context_window:
+        settings["sim_context_window"] = context_window
+    return settings
+
+
+def settings_env(values: dict[str, Any]) -> dict[str, str]:
+    """Settings as the HOTLOOP_* variables `hotloop serve` reads (config.py `_coerce`): a list comma-separated, a
+    table (upstreams) as JSON, anything else as its text."""
+    return {f"HOTLOOP_{name.upper()}": _env_value(value) for name, value in values.items()}
+
+
+def _env_value(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(str(part) for part in value)
+    if isinstance(value, dict):
+        return msgspec.json.encode(value).decode()
+    return str(value)
 
 
 def free_port() -> int:
@@ -98,10 +137,10 @@ class ChildServer:
 
 class ServerProcess(ChildServer):
     """`python -m hotloop serve`, hotloop-sim only, a temporary data directory unless `store_url` names another
-    store; extra settings go in as HOTLOOP_* variables."""
+    store; extra settings (`bench_settings`' among them) go in as HOTLOOP_* variables, the only ones it sees."""
 
-    def __init__(self, cpus: frozenset[int] | None = None, **settings: Any) -> None:
-        super().__init__("hotloop-load-", cpus)
+    def __init__(self, cpus: frozenset[int] | None = None, prefix: str = "hotloop-load-", **settings: Any) -> None:
+        super().__init__(prefix, cpus)
         values: dict[str, Any] = {
             "data_dir": self._tmp.name,
             "models": "hotloop-sim",
@@ -110,7 +149,10 @@ class ServerProcess(ChildServer):
             "ws_ping_interval_s": 0,  # no pings in the middle of a measurement
             **settings,
         }
-        env = {**os.environ, **{f"HOTLOOP_{name.upper()}": str(value) for name, value in values.items()}}
+        # Only the settings named here: a HOTLOOP_* variable of the caller's shell (an API key, a store) would
+        # change the server being measured without the bench knowing, as the in-process server never reads them.
+        env = {name: value for name, value in os.environ.items() if not name.startswith("HOTLOOP_")}
+        env.update(settings_env(values))
         command = [sys.executable, "-m", "hotloop", "serve", "--host", "127.0.0.1", "--port", str(self.port)]
         self._spawn(command, env)
 
