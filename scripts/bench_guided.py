@@ -8,6 +8,7 @@ is computed and applied every token, but the text is unchanged), and with an emp
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from typing import Any
@@ -49,6 +50,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     llama = load_llama(n_ctx=1024, n_threads=2)
+    from llguidance import LLMatcher
+
+    grammar = LLMatcher.grammar_from_json_schema(json.dumps(SCHEMA))
     head = llama.tokenize(b"<|im_start|>user\nWrite a long story.<|im_end|>\n<|im_start|>assistant\n", special=True)
     opened = llama.tokenize(b'{"input": "', add_bos=False, special=False)  # the call's start: the mask's from here
     prompt = head + opened
@@ -58,7 +62,7 @@ def main() -> None:
     for _ in range(args.runs):
         results["none"].append(per_token_ms(llama, prompt, None, args.tokens))
         results["empty"].append(per_token_ms(llama, prompt, [lambda ids, scores: scores], args.tokens))
-        guided = GuidedLogits(llama, SCHEMA, len(head), lazy=False)  # as if the model had written `{"input": "`
+        guided = GuidedLogits(llama, grammar, len(head), lazy=False)  # as if the model had written `{"input": "`
         timed = Timed(guided)
         results["guided"].append(per_token_ms(llama, prompt, [timed], args.tokens))
         mask_us += [seconds * 1e6 for seconds in timed.seconds]

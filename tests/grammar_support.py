@@ -57,3 +57,30 @@ def lark_tool(name: str = "apply_patch", definition: str = APPLY_PATCH) -> dict[
 
 def regex_tool(name: str, definition: str) -> dict[str, Any]:
     return {"type": "custom", "name": name, "format": {"type": "grammar", "syntax": "regex", "definition": definition}}
+
+
+# A recursive Lark grammar (no regex can carry it: tools/lark_json.py holds inputs to it), and its oracle.
+SUM = 'start: expr\nexpr: NUMBER | "(" expr " + " expr ")"\nNUMBER: /[0-9]{1,3}/\n'
+
+
+def sum_ok(text: str) -> bool:
+    """`text` is a sum as SUM says: a number of 1-3 digits, or `(a + b)` of two sums."""
+
+    def expr(at: int) -> int:
+        if text.startswith("(", at):
+            middle = expr(at + 1)
+            if not text.startswith(" + ", middle):
+                raise ValueError(at)
+            end = expr(middle + 3)
+            if not text.startswith(")", end):
+                raise ValueError(end)
+            return end + 1
+        found = re.compile(r"[0-9]{1,3}").match(text, at)
+        if found is None:
+            raise ValueError(at)
+        return found.end()
+
+    try:
+        return expr(0) == len(text)
+    except (ValueError, RecursionError):
+        return False

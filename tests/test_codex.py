@@ -254,8 +254,8 @@ def test_codex_edits_a_file_through_the_freeform_apply_patch(codex_bin: Path, se
 def test_models_answers_codex_with_its_catalog(tmp_path: Path) -> None:
     """Codex's catalog request gets `{"models": [...]}` with the fields Codex 0.171.0 requires; the OpenAI list
     shape is unchanged for everyone else. The freeform apply_patch goes to the models that follow Codex's grammar as
-    they write: hotloop-sim, and smollm2-135m (its mask takes a Lark grammar without recursion); not to an engine
-    behind openai-chat, which is only checked afterwards."""
+    they write: hotloop-sim, and smollm2-135m (llguidance's mask); not to an engine behind openai-chat, whose
+    inputs are only checked afterwards."""
     engine = Upstream(backend="openai-chat", url="http://127.0.0.1:9/v1", upstream_model="m")
     served = ["hotloop-sim", "smollm2-135m", "engine"]
     server = start_server(tmp_path, models=served, upstreams={"engine": engine})

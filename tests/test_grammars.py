@@ -19,7 +19,7 @@ import pytest
 from websockets.sync.client import connect
 
 from conftest import RunningServer, stored_counts
-from grammar_support import APPLY_PATCH, DATE, PHONE, lark_tool, patch_ok, regex_tool
+from grammar_support import APPLY_PATCH, DATE, PHONE, SUM, lark_tool, patch_ok, regex_tool, sum_ok
 from hotloop.tools.grammar import MAX_DEFINITION, Grammar, compile_grammar
 from wsutil import WS
 
@@ -202,8 +202,10 @@ def test_a_websocket_chain_compiles_its_grammar_once(server: RunningServer) -> N
         (lark_tool(), patch_ok),
         # A regex is (backends/local/guided.py): measured `123-4567`.
         (regex_tool("apply_patch", PHONE), lambda text: re.fullmatch(PHONE, text) is not None),
+        # A recursive grammar, JSON-escaped into the call's grammar (tools/lark_json.py).
+        (lark_tool(definition=SUM), sum_ok),
     ],
-    ids=["lark", "regex"],
+    ids=["lark", "regex", "recursive-lark"],
 )
 def test_smollm2_forced_to_a_grammar_tool_is_incomplete_exactly_when_the_input_does_not_parse(
     client: openai.OpenAI, tool: dict[str, Any], parses: Callable[[str], bool]
@@ -224,6 +226,7 @@ def test_smollm2_forced_to_a_grammar_tool_is_incomplete_exactly_when_the_input_d
     call = only_call(response.output)
     assert call.name == "apply_patch"
     assert (call.status == "incomplete") == (not parses(call.input)), (call.status, call.input)
+    assert call.status == "completed", call.input  # each of these grammars is held while the model writes
 
 
 def _partial_input(text: str) -> str:

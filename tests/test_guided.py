@@ -1,5 +1,6 @@
 """SmolLM2's decoding held to a custom tool's grammar by llguidance (backends/local/guided.py): forced from the first
-token, lazily from the opening of a `<tool_call>` block with `tool_choice` auto; the real model and vocabulary."""
+token, lazily from the opening of a `<tool_call>` block with `tool_choice` auto; a regex, and a recursive Lark grammar
+(tools/lark_json.py); the real model and vocabulary."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ import pytest
 from grammar_support import lark_tool, patch_ok
 from hotloop.backends.base import GenerationRequest
 from hotloop.backends.local.gguf import load_llama
-from hotloop.backends.local.guided import GuidedLogits
-from hotloop.backends.output_schema import output_schema
+from hotloop.backends.local.guided import GuidedLogits, guided_grammar
 from hotloop.chat.specs import ToolSpec
 from hotloop.tools.grammar import Grammar
 
 PHONE = ToolSpec("phone", kind="custom", grammar=Grammar("regex", r"\d{3}-\d{4}"))
+# Recursive: no regex carries it; its input is held to it JSON-escaped.
+SUM = 'start: expr\nexpr: NUMBER | "(" expr " + " expr ")"\nNUMBER: /[0-9]{1,3}/\n'
+CALC = ToolSpec("calc", kind="custom", grammar=Grammar("lark", SUM))
 
 
 @pytest.fixture(scope="module")
@@ -34,15 +37,26 @@ def _allowed(processor: GuidedLogits, ids: list[int], vocabulary: int) -> np.nda
     return np.isfinite(scores)
 
 
-def _schema() -> dict[str, Any]:
-    schema = output_schema(GenerationRequest(prompt_tokens=[], tools=[PHONE], tool_choice="required"))
-    assert schema is not None
-    return schema
+def _grammar(tool: ToolSpec, lazy: bool) -> str:
+    grammar = guided_grammar(GenerationRequest(prompt_tokens=[], tools=[tool], tool_choice="required"), lazy)
+    assert grammar is not None
+    return grammar
+
+
+def _pieces(llama: Any, processor: GuidedLogits, *heads: bytes) -> set[str]:
+    """What the mask lets the model write next after `heads`, each fed to it in turn (as generation would: a block's
+    opening is seen before what follows it), token by token."""
+    vocabulary = llama.n_vocab()
+    ids: list[int] = []
+    for head in heads:
+        ids += llama.tokenize(head, add_bos=False, special=False)
+        allowed = _allowed(processor, ids, vocabulary)
+    return {llama.detokenize([token]).decode("utf-8", "replace") for token in range(vocabulary) if allowed[token]}
 
 
 def test_the_lazy_mask_arms_when_a_call_opens(llama: Any) -> None:
     vocabulary = llama.n_vocab()
-    processor = GuidedLogits(llama, _schema(), prompt_length=0, lazy=True)
+    processor = GuidedLogits(llama, _grammar(PHONE, True), prompt_length=0, lazy=True)
     text = llama.tokenize(b"Sure, one moment.\n", add_bos=False, special=False)
     assert _allowed(processor, text, vocabulary).all()  # free text before the block
     opened = text + llama.tokenize(b"<tool_call>\n", add_bos=False, special=False)
@@ -54,13 +68,24 @@ def test_the_lazy_mask_arms_when_a_call_opens(llama: Any) -> None:
 
 
 def test_the_forced_mask_holds_the_input_to_its_pattern(llama: Any) -> None:
-    vocabulary = llama.n_vocab()
-    processor = GuidedLogits(llama, _schema(), prompt_length=0, lazy=False)
-    head = llama.tokenize(b'{"name": "phone", "input": "', add_bos=False, special=False)
-    allowed = _allowed(processor, head, vocabulary)
-    digits = [token for token in range(vocabulary) if allowed[token]]
-    pieces = {llama.detokenize([token]).decode("utf-8", "replace") for token in digits}
+    processor = GuidedLogits(llama, _grammar(PHONE, False), prompt_length=0, lazy=False)
+    pieces = _pieces(llama, processor, b'{"name": "phone", "input": "')
     assert pieces and all(re.fullmatch(r"\d{1,3}(-\d{0,4})?", piece) for piece in pieces), sorted(pieces)[:20]
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["forced", "lazy"])
+def test_the_mask_holds_the_input_to_a_recursive_grammar(llama: Any, lazy: bool) -> None:
+    def mask(text: bytes) -> set[str]:
+        processor = GuidedLogits(llama, _grammar(CALC, lazy), prompt_length=0, lazy=lazy)
+        return _pieces(llama, processor, b"<tool_call>\n", text) if lazy else _pieces(llama, processor, text)
+
+    pieces = mask(b'{"name": "calc", "input": "((12 + ')
+    # a number or a nested sum opens; nothing else (not a letter, not a closing quote: the sum is not done)
+    assert all(re.fullmatch(r"\(*\d{0,3}", piece) for piece in pieces), sorted(pieces)[:20]
+    assert "(" in pieces and any(piece.isdigit() for piece in pieces), sorted(pieces)[:20]
+    # the sum is whole: only the string's end may follow (a quote, or a token that starts with one)
+    done = mask(b'{"name": "calc", "input": "((12 + 3) + 4)')
+    assert done and all(piece.startswith('"') for piece in done), sorted(done)[:20]
 
 
 def _shot(n: int, name: str, word: str) -> list[dict[str, Any]]:

@@ -33,10 +33,9 @@ class Model:
         grammars: frozenset[str] = frozenset(),
     ) -> None:
         self.id = id
-        # The grammar syntaxes (lark, regex; regular-lark: Lark without recursion) whose custom tools' inputs this
-        # model is made to follow as it writes them; any other grammar is checked once the input is written
-        # (tools/grammar.py). Codex's catalog offers the freeform `apply_patch`, whose Lark grammar has no
-        # recursion, to a model with either Lark (`follows_codex_patches`, wire/codex_catalog.py).
+        # The grammar syntaxes (lark, regex) whose custom tools' inputs this model is made to follow as it writes
+        # them; any other grammar is checked once the input is written (tools/grammar.py). Codex's catalog offers
+        # the freeform `apply_patch` to a model with `lark` (`follows_codex_patches`, wire/codex_catalog.py).
         self.grammars = grammars
         self.backend = backend
         self.chat = chat
@@ -51,8 +50,8 @@ class Model:
 
     @property
     def follows_codex_patches(self) -> bool:
-        """Codex's apply_patch grammar (Lark, no recursion) is followed as the model writes."""
-        return not self.grammars.isdisjoint({"lark", "regular-lark"})
+        """Codex's apply_patch grammar (Lark) is followed as the model writes."""
+        return "lark" in self.grammars
 
     @property
     def takes_messages(self) -> bool:
@@ -146,11 +145,10 @@ def build_registry(settings: Settings) -> ModelRegistry:
             n_threads=settings.llama_threads or None,
             kv_cache_bytes=settings.llama_kv_cache_bytes,
         )
-        # A regex grammar constrains its decoding (backends/local/guided.py), and so does a Lark grammar without
-        # recursion, as one regex (tools/lark_regex.py: Codex's apply_patch is one); a recursive one is checked
-        # afterwards.
+        # Regex and Lark grammars constrain its decoding (backends/local/guided.py: a Lark grammar as one regex, or
+        # JSON-escaped when it has recursion; one with `%ignore` or flags is checked afterwards).
         models[SMOLLM2] = Model(
-            SMOLLM2, backend, chat, context_window=settings.llama_n_ctx, grammars=frozenset({"regex", "regular-lark"})
+            SMOLLM2, backend, chat, context_window=settings.llama_n_ctx, grammars=frozenset({"lark", "regex"})
         )
     for name, upstream in served.items():
         models[name] = _upstream_model(name, upstream, chat)

@@ -16,9 +16,15 @@ import threading
 import warnings
 from typing import Any
 
+import msgspec
 import numpy as np
 
+from hotloop.backends.base import GenerationRequest
+from hotloop.backends.output_schema import output_schema
 from hotloop.backends.toolcalls.text import CLOSE, OPEN
+from hotloop.chat.specs import ToolSpec
+from hotloop.tools.lark_json import json_string_rules
+from hotloop.tools.lark_regex import lark_to_regex
 
 _lock = threading.Lock()
 _tokenizers: dict[int, Any] = {}  # by id(llama): building one reads the whole vocabulary (~0.5 s)
@@ -41,24 +47,73 @@ def call_grammar(schema: dict[str, Any]) -> str:
     return f'start: /[ \\t\\n]*/ %json {json.dumps(schema)} /[ \\t\\n]*/ "{CLOSE}"'
 
 
+def guided_grammar(request: GenerationRequest, lazy: bool) -> str | None:
+    """llguidance's grammar for the call `request` asks for (its tool_choice says which): its JSON schema
+    (output_schema.py), where a custom tool whose Lark grammar has recursion (no regex can carry it) is a call of
+    its own whose input is that grammar JSON-escaped (tools/lark_json.py). `lazy`: the rest of a `<tool_call>`
+    block; else the whole answer. None: nothing to hold it to."""
+    from llguidance import LLMatcher
+
+    recursive = [spec for spec in request.tools if _recursive(spec) and _offered(request, spec)]
+    others = msgspec.structs.replace(request, tools=[spec for spec in request.tools if spec not in recursive])
+    schema = output_schema(others) if others.tools else None
+    if not recursive:
+        if schema is None:
+            return None
+        return (
+            LLMatcher.grammar_from_lark(call_grammar(schema))
+            if lazy
+            else LLMatcher.grammar_from_json_schema(json.dumps(schema))
+        )
+    alternatives = [] if schema is None else [f"%json {json.dumps(schema)}"]
+    rules: list[str] = []
+    for index, spec in enumerate(recursive):
+        assert spec.grammar is not None
+        found = json_string_rules(spec.grammar.definition, f"hotloop_g{index}")
+        if found is None:
+            return None
+        body, start = found
+        alternatives.append(f"hotloop_call{index}")
+        rules += [_call_rule(f"hotloop_call{index}", spec.prompt_name, start), body]
+    top = f'start: /[ \\t\\n]*/ hotloop_call /[ \\t\\n]*/ "{CLOSE}"' if lazy else "start: hotloop_call"
+    lark = "\n".join([top, "hotloop_call: " + " | ".join(alternatives), *rules, "HOTLOOP_WS: /[ \\t\\n\\r]*/"])
+    return LLMatcher.grammar_from_lark(lark)
+
+
+def _recursive(spec: ToolSpec) -> bool:
+    grammar = spec.grammar
+    if not spec.freeform or grammar is None or grammar.syntax != "lark":
+        return False
+    return lark_to_regex(grammar.definition) is None
+
+
+def _offered(request: GenerationRequest, spec: ToolSpec) -> bool:
+    return request.forced_tool is None or spec.prompt_name == request.forced_tool
+
+
+def _call_rule(name: str, tool: str, start: str) -> str:
+    """A freeform call as output_schema.py shapes it, `{"name": …, "input": "…"}`, the input held to `start`."""
+    ws = "HOTLOOP_WS"
+    quoted = json.dumps(json.dumps(tool))
+    return (
+        f'{name}: "{{" {ws} "\\"name\\"" {ws} ":" {ws} {quoted} {ws} "," {ws} "\\"input\\"" {ws} ":" {ws} '
+        f'"\\"" {start} "\\"" {ws} "}}"'
+    )
+
+
 class GuidedLogits:
     """A llama-cpp-python logits processor: before each token, the logits of the tokens the constraint forbids are
     -inf; the tokens sampled since the last call advance it. Built per generation, on its thread. `lazy`: armed
     only inside a `<tool_call>` block."""
 
-    def __init__(self, llama: Any, schema: dict[str, Any], prompt_length: int, lazy: bool) -> None:
-        from llguidance import LLMatcher
+    def __init__(self, llama: Any, grammar: str, prompt_length: int, lazy: bool) -> None:
         from llguidance.numpy import allocate_token_bitmask
 
         self._llama = llama
         self._tokenizer = _tokenizer(llama)
         self._eos = int(llama.token_eos())
         self._lazy = lazy
-        self._grammar = (
-            LLMatcher.grammar_from_lark(call_grammar(schema))
-            if lazy
-            else LLMatcher.grammar_from_json_schema(json.dumps(schema))
-        )
+        self._grammar = grammar  # guided_grammar's
         self._matcher: Any = None if lazy else self._start()
         self._mask = allocate_token_bitmask(1, self._tokenizer.vocab_size)
         self._seen = prompt_length

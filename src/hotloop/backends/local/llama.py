@@ -29,7 +29,7 @@ import numpy as np
 
 from hotloop.backends.base import Delta, Finished, GenerationRequest
 from hotloop.backends.local.gguf import load_llama
-from hotloop.backends.local.guided import GuidedLogits
+from hotloop.backends.local.guided import GuidedLogits, guided_grammar
 from hotloop.backends.local.kv_state import MIN_SNAPSHOT_TOKENS, KVStateCache, as_tokens, restore, save
 from hotloop.backends.output_schema import output_schema
 from hotloop.backends.toolcalls.text import ToolCallParser
@@ -58,14 +58,12 @@ def _processors(llama: Any, request: GenerationRequest, prompt_length: int) -> l
     opening of a `<tool_call>` block otherwise (tool_choice auto); None without one, or if it cannot be built."""
     if not _guided(request) or request.tool_choice == "none":
         return None
-    schema = output_schema(request)
-    lazy = schema is None
+    lazy = request.tool_choice != "required"
     if lazy:  # every offered tool's call, any of them
-        schema = output_schema(msgspec.structs.replace(request, tool_choice="required", forced_tool=None))
-    if schema is None:
-        return None
+        request = msgspec.structs.replace(request, tool_choice="required", forced_tool=None)
     try:
-        return [GuidedLogits(llama, schema, prompt_length, lazy)]
+        grammar = guided_grammar(request, lazy)
+        return None if grammar is None else [GuidedLogits(llama, grammar, prompt_length, lazy)]
     except Exception:  # a schema llguidance does not take: generate freely, the server's check judges the input
         log.warning("could not build the guided decoding; generating without it", exc_info=True)
         return None
