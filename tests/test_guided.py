@@ -5,7 +5,10 @@ token, lazily from the opening of a `<tool_call>` block with `tool_choice` auto;
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -117,3 +120,38 @@ def test_smollm2_writes_codex_patches_its_grammar_accepts_with_tool_choice_auto(
     assert calls, response.output
     for call in calls:
         assert call.status == "completed" and patch_ok(call.input), call
+
+
+# A recursive chain of ~2,900 rules (under the size cap): its compile overflows an 8 MB stack (tests/test_grammars.py).
+DEEP = 2900
+DEEP_LOOP = "start: r0\n" + "".join(f'r{i}: "x" r{i + 1} | "y"\n' for i in range(DEEP)) + f'r{DEEP}: "z" r0 | "z"\n'
+
+
+def test_a_deep_recursive_grammar_is_guided_without_overflowing_the_generation_threads_stack() -> None:
+    """The guided grammar is built and compiled on a big stack: on the generation thread's own, this grammar (now
+    guided, JSON-escaped) is a SIGSEGV that takes the server down. In a process of its own, on a thread such as
+    the generation's."""
+    script = f"""
+import sys, threading
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_guided import DEEP_LOOP, _pieces
+from hotloop.backends.base import GenerationRequest
+from hotloop.backends.local.gguf import load_llama
+from hotloop.backends.local.llama import _processors
+from hotloop.chat.specs import ToolSpec
+from hotloop.tools.grammar import Grammar
+
+llama = load_llama(n_ctx=256, n_threads=1)
+tool = ToolSpec("deep", kind="custom", grammar=Grammar("lark", DEEP_LOOP))
+request = GenerationRequest(prompt_tokens=[], tools=[tool], tool_choice="required")
+seen = []
+def work():
+    [processor] = _processors(llama, request, 0)
+    seen.append(_pieces(llama, processor, b'{{"name": "deep", "input": "xxx'))
+thread = threading.Thread(target=work)
+thread.start()
+thread.join()
+assert seen and seen[0] and all(piece[:1] in "xyz" for piece in seen[0]), sorted(seen[0])[:20]
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-3000:])

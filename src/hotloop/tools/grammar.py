@@ -12,8 +12,9 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from functools import cache, lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
 
@@ -79,14 +80,20 @@ def compile_grammar(grammar: Grammar) -> LLMatcher | str:
     """The grammar's matcher at its start, or the compiler's message; kept for the next request with the same
     grammar (a WebSocket continuation resends its tools every turn). Blocking (GIL released): off the event loop
     (pipeline/grammars.py). Whoever misses the cache (the door, or the builder and hotloop-sim for a grammar evicted
-    since), the compile runs on a thread of its own with a large stack: llguidance recurses on deeply nested rules
-    and overflows an 8 MB stack (a SIGSEGV that kills the server) on a chain of ~2,900 rules, under the size cap."""
-    box: list[LLMatcher | str | BaseException] = []
+    since), the compile runs on a big stack (`on_big_stack`)."""
+    return on_big_stack(lambda: _compile(grammar))
+
+
+def on_big_stack(work: Callable[[], T]) -> T:
+    """`work()` on a thread of its own with a large stack, waited for: llguidance recurses on deeply nested rules
+    when it compiles a grammar and overflows an 8 MB stack (a SIGSEGV that kills the server) on a chain of ~2,900
+    rules, under the size cap. Its exception, if any, is raised here."""
+    box: list[T | BaseException] = []
 
     def run() -> None:
         try:
-            box.append(_compile(grammar))
-        except BaseException as exc:  # raised to the caller, as a compile on its own thread would
+            box.append(work())
+        except BaseException as exc:  # raised to the caller, as the work on its own thread would
             box.append(exc)
 
     with _STACK_LOCK:
@@ -97,11 +104,13 @@ def compile_grammar(grammar: Grammar) -> LLMatcher | str:
         finally:
             threading.stack_size(previous)
     thread.join()
-    if isinstance(box[0], BaseException):
-        raise box[0]
-    return box[0]
+    result = box[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
+T = TypeVar("T")
 _COMPILE_STACK = 64 * 1024 * 1024
 _STACK_LOCK = threading.Lock()
 

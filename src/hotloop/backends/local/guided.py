@@ -23,6 +23,7 @@ from hotloop.backends.base import GenerationRequest
 from hotloop.backends.output_schema import output_schema
 from hotloop.backends.toolcalls.text import CLOSE, OPEN
 from hotloop.chat.specs import ToolSpec
+from hotloop.tools.grammar import on_big_stack
 from hotloop.tools.lark_json import json_string_rules
 from hotloop.tools.lark_regex import lark_to_regex
 
@@ -101,6 +102,15 @@ def _call_rule(name: str, tool: str, start: str) -> str:
     )
 
 
+def _compiled(tokenizer: Any, grammar: str) -> Any:
+    from llguidance import LLMatcher
+
+    matcher = LLMatcher(tokenizer, grammar, log_level=0)
+    if matcher.is_error():
+        raise ValueError(matcher.get_error())
+    return matcher
+
+
 class GuidedLogits:
     """A llama-cpp-python logits processor: before each token, the logits of the tokens the constraint forbids are
     -inf; the tokens sampled since the last call advance it. Built per generation, on its thread. `lazy`: armed
@@ -113,19 +123,15 @@ class GuidedLogits:
         self._tokenizer = _tokenizer(llama)
         self._eos = int(llama.token_eos())
         self._lazy = lazy
-        self._grammar = grammar  # guided_grammar's
+        # Compiled once, on a big stack (a deep grammar overflows this thread's), then copied for each call.
+        self._pristine = on_big_stack(lambda: _compiled(self._tokenizer, grammar))
         self._matcher: Any = None if lazy else self._start()
         self._mask = allocate_token_bitmask(1, self._tokenizer.vocab_size)
         self._seen = prompt_length
         self._text = ""  # what was written since the last block closed (lazy)
 
     def _start(self) -> Any:
-        from llguidance import LLMatcher
-
-        matcher = LLMatcher(self._tokenizer, self._grammar, log_level=0)
-        if matcher.is_error():
-            raise ValueError(matcher.get_error())
-        return matcher
+        return self._pristine.deep_copy()
 
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
         new = [int(token) for token in input_ids[self._seen :]]

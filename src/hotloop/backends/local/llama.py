@@ -34,6 +34,7 @@ from hotloop.backends.local.kv_state import MIN_SNAPSHOT_TOKENS, KVStateCache, a
 from hotloop.backends.output_schema import output_schema
 from hotloop.backends.toolcalls.text import ToolCallParser
 from hotloop.observability.metrics import KVReading
+from hotloop.tools.grammar import on_big_stack
 
 log = logging.getLogger("hotloop.llama")
 _END = object()
@@ -62,7 +63,7 @@ def _processors(llama: Any, request: GenerationRequest, prompt_length: int) -> l
     if lazy:  # every offered tool's call, any of them
         request = msgspec.structs.replace(request, tool_choice="required", forced_tool=None)
     try:
-        grammar = guided_grammar(request, lazy)
+        grammar = on_big_stack(lambda: guided_grammar(request, lazy))  # a deep grammar's parse recurses
         return None if grammar is None else [GuidedLogits(llama, grammar, prompt_length, lazy)]
     except Exception:  # a schema llguidance does not take: generate freely, the server's check judges the input
         log.warning("could not build the guided decoding; generating without it", exc_info=True)
