@@ -3,6 +3,7 @@ session.py's on the SDK), and what both share: the bound on closing, URLs shown 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
@@ -57,3 +58,30 @@ def shown_url(url: str) -> str:
 def refusal(target: str) -> str:
     """What a refused redirect's error says; `target` as `shown_url` shows it."""
     return f"a redirect to {target} was refused: the allowed MCP server URLs do not include it"
+
+
+class Background:
+    """Tasks left to run on their own (closings, requests their callers gave up, cancellations sent to a server):
+    held until they end, their failures read (not reported as "never retrieved"); `finish` waits for them, then
+    cancels what is left."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Future[Any]] = set()
+
+    def keep(self, task: asyncio.Future[Any]) -> None:
+        self.tasks.add(task)
+        task.add_done_callback(self._settled)
+
+    async def finish(self, timeout: float | None) -> None:
+        if self.tasks:
+            await asyncio.wait(set(self.tasks), timeout=timeout)
+        self.cancel()
+
+    def cancel(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+
+    def _settled(self, task: asyncio.Future[Any]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled():
+            task.exception()

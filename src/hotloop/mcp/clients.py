@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar
 
 import mcp_types
 
-from hotloop.mcp.base import CLOSE_S, Session, shown_url
+from hotloop.mcp.base import CLOSE_S, Background, Session, shown_url
 from hotloop.mcp.convert import outcome
 from hotloop.mcp.failures import Failure, timed_out
 from hotloop.mcp.jsonrpc import ToolResult
@@ -63,7 +63,7 @@ class Clients:
         self.stats = Stats()
         self._clock = clock
         self._sessions: dict[Key, Session] = {}
-        self._tasks: set[asyncio.Future[Any]] = set()  # sessions closing, requests their callers abandoned
+        self._closing = Background()  # sessions closing (each ends the requests its callers abandoned)
         self._sweeper: asyncio.Task[None] | None = None
 
     async def list_tools(self, owner: str, endpoint: Endpoint) -> list[ListedTool]:
@@ -114,10 +114,7 @@ class Clients:
             self._sweeper = None
         for key, session in list(self._sessions.items()):
             self._drop(key, session)
-        if self._tasks:  # the closings, each bounded by CLOSE_S (and CLOSE_S more for the requests they end)
-            _, running = await asyncio.wait(set(self._tasks), timeout=2 * CLOSE_S)
-            for task in running:
-                task.cancel()
+        await self._closing.finish(2 * CLOSE_S)  # each bounded by CLOSE_S, and CLOSE_S more for its requests
 
     def _check(self, url: str) -> None:
         if not self.allowed(url):
@@ -187,17 +184,7 @@ class Clients:
     def _drop(self, key: Key, session: Session) -> None:
         if self._sessions.get(key) is session:
             del self._sessions[key]
-        self._keep(asyncio.create_task(session.close()))
-
-    def _keep(self, task: asyncio.Future[Any]) -> None:
-        """Hold a task running in the background until it ends (close() cancels what is left)."""
-        self._tasks.add(task)
-        task.add_done_callback(self._settled)
-
-    def _settled(self, task: asyncio.Future[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled():
-            task.exception()  # read: an abandoned request's failure is not an "unretrieved exception"
+        self._closing.keep(asyncio.create_task(session.close()))
 
     async def _sweep_every(self, seconds: float) -> None:
         while self._sessions:

@@ -22,7 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
 from hotloop import __version__
-from hotloop.mcp.base import CLOSE_S, Page, shown_url
+from hotloop.mcp.base import CLOSE_S, Background, Page, shown_url
 from hotloop.mcp.convert import listed, tool_result
 from hotloop.mcp.failures import ENDED, Failure, failure_of, timed_out
 from hotloop.mcp.http import SSE_READ_S, Trace, guarded_client, tracing
@@ -62,7 +62,7 @@ class SdkSession:
         self._ready.add_done_callback(_retrieved)
         self._stop = asyncio.Event()
         self._gave_up = False
-        self._abandoned: set[asyncio.Future[Any]] = set()  # requests whose callers returned: the SDK unwinds them
+        self._abandoned = Background()  # requests whose callers returned: the SDK unwinds them
         # A context of its own: the task outlives its opener, whose context (its trace) it must not inherit.
         self._task = asyncio.create_task(self._run(), name="hotloop-mcp-session", context=contextvars.Context())
         self._watchdog = loop.call_later(open_s, self._give_up)
@@ -95,10 +95,7 @@ class SdkSession:
         if not done:
             self._task.cancel()
             await asyncio.wait({self._task})
-        if self._abandoned:
-            _, running = await asyncio.wait(set(self._abandoned), timeout=CLOSE_S)
-            for task in running:
-                task.cancel()
+        await self._abandoned.finish(CLOSE_S)
 
     async def _request(self, work: Callable[[ClientSession], Awaitable[T]]) -> T:
         """`work` on the open session, in a task of its own so that the caller never waits on the SDK's unwinding:
@@ -117,7 +114,7 @@ class SdkSession:
             for waiting in waits:
                 if not waiting.done():
                     waiting.cancel()
-                    self._keep(waiting)
+                    self._abandoned.keep(waiting)
         if task.done() and not task.cancelled():
             failed = task.exception()
             if failed is None:
@@ -127,15 +124,6 @@ class SdkSession:
 
     async def _on(self, work: Callable[[ClientSession], Awaitable[T]]) -> T:
         return await work(await self.client())
-
-    def _keep(self, task: asyncio.Future[Any]) -> None:
-        self._abandoned.add(task)
-        task.add_done_callback(self._settled)
-
-    def _settled(self, task: asyncio.Future[Any]) -> None:
-        self._abandoned.discard(task)
-        if not task.cancelled():
-            task.exception()  # read: an abandoned request's failure is not an "unretrieved exception"
 
     async def _run(self) -> None:
         tracing(self.trace)

@@ -30,7 +30,7 @@ from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST, METHOD
 
 from hotloop import __version__
 from hotloop.mcp import jsonrpc
-from hotloop.mcp.base import CLOSE_S, Page, shown_url
+from hotloop.mcp.base import CLOSE_S, Background, Page, shown_url
 from hotloop.mcp.convert import listed_wire
 from hotloop.mcp.events import EventStream, EventTooLarge
 from hotloop.mcp.failures import ENDED, Failure, http_status, refused, rpc_failure, timed_out, unreachable
@@ -72,7 +72,7 @@ class LeanSession:
         self._headers: dict[str, str] = {}  # Mcp-Session-Id and MCP-Protocol-Version, once the handshake gave them
         self._session_id: str | None = None
         self._ids = itertools.count(1)
-        self._background: set[asyncio.Task[None]] = set()
+        self._background = Background()
         self._opened = self._closed = self._shut = False  # closing, and its connections closed
         self._invalid: Failure | None = None  # an endpoint header HTTP cannot carry: the session never opens
         try:
@@ -114,8 +114,8 @@ class LeanSession:
             self._ready.set_exception(Failure(ENDED, broken=True))
         try:
             async with asyncio.timeout(CLOSE_S):
-                if self._background:  # the cancellations of abandoned requests go out first
-                    await asyncio.wait(set(self._background))
+                if self._background.tasks:  # the cancellations of abandoned requests go out first
+                    await asyncio.wait(set(self._background.tasks))
                 if self._session_id is not None:  # tell the server (MCP: it may answer 405, which is fine)
                     response = await self._send(b"DELETE", b"")
                     await _drained(response, ERROR_BODY_BYTES)
@@ -123,8 +123,7 @@ class LeanSession:
             pass
         finally:
             self._shut = True
-            for task in self._background:
-                task.cancel()
+            self._background.cancel()
             self._pool.close()
 
     # -- opening ----------------------------------------------------------------------------------------------------
@@ -291,14 +290,7 @@ class LeanSession:
         if self._closed:
             work.close()
             return
-        task = asyncio.create_task(work, context=contextvars.Context())
-        self._background.add(task)
-        task.add_done_callback(self._settled)
-
-    def _settled(self, task: asyncio.Task[None]) -> None:
-        self._background.discard(task)
-        if not task.cancelled():
-            task.exception()  # read: a failed cancellation is not an "unretrieved exception"
+        self._background.keep(asyncio.create_task(work, context=contextvars.Context()))
 
     async def _cancel(self, request_id: int) -> None:
         params = {"requestId": request_id, "reason": "caller cancelled"}
