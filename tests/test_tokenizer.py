@@ -171,4 +171,7 @@ def test_a_long_text_is_encoded_without_the_gil(pair: Any) -> None:
     line = "    result = compute(alpha, beta)  # a line of a 24 KB tool output\n"
     text = line * (24_000 // len(line))
     assert LONG_TEXT <= len(text) < 32_768
-    assert _stalled_share(fast.encode_array, text, times=20) < 0.3
+    # The least of three tries: another thread of this process (a test server's) may take the GIL now and then,
+    # which an encode that held it would not leave room for in any try (it stalls this thread ~90% of the time).
+    shares = [_stalled_share(fast.encode_array, text, times=20) for _ in range(3)]
+    assert min(shares) < 0.3, shares
