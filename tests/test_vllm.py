@@ -359,6 +359,34 @@ def test_a_custom_tools_grammar_reaches_vllm_through_tokens(http: httpx.Client, 
     assert made[0]["name"] == "open_ticket" and re.fullmatch(regex, made[0]["input"]), made[0]
 
 
+@pytest.mark.parametrize("model", MODELS)
+def test_a_json_schema_text_format_holds_vllms_answer(http: httpx.Client, model: str) -> None:
+    """`text.format` json_schema reaches vLLM in each path's terms (`response_format` on /v1/completions for
+    `tokens`, on /v1/chat/completions for `openai-chat`) and vLLM decodes under it: the answer is the schema's JSON."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "enum": CITIES},
+            "celsius": {"type": "integer", "minimum": -50, "maximum": 50},
+        },
+        "required": ["city", "celsius"],
+        "additionalProperties": False,
+    }
+    body = {
+        "model": model,
+        "input": "What is the weather in Oslo? Answer with the city and the temperature in Celsius.",
+        "text": {"format": {"type": "json_schema", "name": "weather", "schema": schema, "strict": True}},
+        "temperature": 0,
+        "max_output_tokens": 200,
+    }
+    reply = http.post("/responses", json=body)
+    assert reply.status_code == 200, reply.text
+    response = reply.json()
+    assert response["status"] == "completed", response
+    value = json.loads(output_text(response))
+    assert set(value) == {"city", "celsius"} and value["city"] in CITIES and -50 <= value["celsius"] <= 50, value
+
+
 def test_bench_agent_loop_through_vllm(engine: Engine, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     command = [sys.executable, "-m", "hotloop", "bench", "agent-loop", "--upstream", engine.url]
