@@ -148,12 +148,10 @@ class Clients:
         """One try within what is left of `timeout`; out of time, the session returns at once (and cancels the
         request on the server in the background), as it does when the caller is cancelled."""
         try:
-            async with asyncio.timeout_at(deadline) as scope:
+            async with asyncio.timeout_at(deadline):
                 return await work(session)
-        except TimeoutError:
-            if scope.expired():
-                raise timed_out(timeout) from None
-            raise
+        except TimeoutError:  # this try's time, or one inside the session's: a timed-out request either way
+            raise timed_out(timeout) from None
 
     def _session(self, key: Key) -> Session:
         session = self._sessions.get(key)
