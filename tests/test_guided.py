@@ -155,3 +155,21 @@ assert seen and seen[0] and all(piece[:1] in "xyz" for piece in seen[0]), sorted
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
+
+
+def test_a_grammar_lark_json_cannot_read_leaves_the_other_tools_held() -> None:
+    """A recursive grammar with `%ignore` is not rewritten: its input stays a free string (checked once written),
+    and the other tools' calls are still held to theirs."""
+    from llguidance import LLMatcher
+
+    from hotloop.tools.grammar import _bytes, matches
+
+    ignoring = 'start: a\na: "(" a ")" | "x"\n%import common.WS\n%ignore WS'
+    free = ToolSpec("free", kind="custom", grammar=Grammar("lark", ignoring))
+    request = GenerationRequest(prompt_tokens=[], tools=[free, PHONE], tool_choice="required")
+    grammar = guided_grammar(request, lazy=False)
+    assert grammar is not None
+    matcher = LLMatcher(_bytes(), grammar, log_level=0)
+    assert matches(matcher, '{"name": "phone", "input": "123-4567"}')
+    assert not matches(matcher, '{"name": "phone", "input": "12"}')
+    assert matches(matcher, '{"name": "free", "input": "anything at all"}')

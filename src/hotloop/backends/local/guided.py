@@ -71,8 +71,7 @@ def guided_grammar(request: GenerationRequest, lazy: bool) -> str | None:
     for index, spec in enumerate(recursive):
         assert spec.grammar is not None
         found = json_string_rules(spec.grammar.definition, f"hotloop_g{index}")
-        if found is None:
-            return None
+        assert found is not None  # _recursive read it
         body, start = found
         alternatives.append(f"hotloop_call{index}")
         rules += [_call_rule(f"hotloop_call{index}", spec.prompt_name, start), body]
@@ -82,10 +81,12 @@ def guided_grammar(request: GenerationRequest, lazy: bool) -> str | None:
 
 
 def _recursive(spec: ToolSpec) -> bool:
+    """A freeform tool whose Lark grammar no regex carries and lark_json.py can rewrite; one it cannot stays an
+    unconstrained string among the others (checked once written), as before."""
     grammar = spec.grammar
     if not spec.freeform or grammar is None or grammar.syntax != "lark":
         return False
-    return lark_to_regex(grammar.definition) is None
+    return lark_to_regex(grammar.definition) is None and json_string_rules(grammar.definition, "g") is not None
 
 
 def _offered(request: GenerationRequest, spec: ToolSpec) -> bool:
