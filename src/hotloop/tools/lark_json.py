@@ -51,8 +51,9 @@ class _Unsupported(Exception):
 
 @lru_cache(maxsize=64)
 def json_string_rules(definition: str, prefix: str) -> tuple[str, str] | None:
-    """The grammar's rules, every name prefixed with `prefix` (`PREFIX_` for terminals) and every terminal
-    JSON-escaped, and the name of its start rule; None when the grammar uses what is not read here."""
+    """The grammar's rules, every name prefixed with `prefix_` (a terminal `NAME` becoming the rule
+    `prefix_t_name`) and every string and regex JSON-escaped, and the name of its start rule; None when the grammar
+    uses what is not read here."""
     out: list[str] = []
     try:
         for match in _SCAN.finditer(definition):
