@@ -95,19 +95,28 @@ class ChildServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def wait_ready(self, timeout: float = 60) -> Self:
+    what = "the server"  # in the errors of `wait_ready`
+    ready_s = 60.0  # the longest `wait_ready` waits by default
+    poll_s = 0.05  # between two of its looks
+
+    def wait_ready(self, timeout: float | None = None) -> Self:
+        """Wait until `answers()`; an OSError if the process exits first or `timeout` passes."""
         assert self.process is not None
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (self.ready_s if timeout is None else timeout)
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise OSError(f"the server exited ({self.process.returncode}): {self.log_tail()}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise OSError("the server did not come up")
+                raise OSError(f"{self.what} exited ({self.process.returncode}): {self.log_tail()}")
+            if self.answers():
+                return self
+            time.sleep(self.poll_s)
+        raise OSError(f"{self.what} did not come up")
+
+    def answers(self) -> bool:
+        """One look: GET /healthz answers 200."""
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
 
     def log_tail(self, chars: int = 2000) -> str:
         return self._log.read_text(errors="replace")[-chars:]
