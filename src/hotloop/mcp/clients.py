@@ -13,13 +13,11 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Literal, TypeVar
 
-import mcp_types
-
 from hotloop.mcp.base import CLOSE_S, Background, Session, shown_url
+from hotloop.mcp.codes import INTERNAL_ERROR
 from hotloop.mcp.convert import outcome
 from hotloop.mcp.failures import Failure, timed_out
 from hotloop.mcp.jsonrpc import ToolResult
-from hotloop.mcp.session import SdkSession
 from hotloop.mcp.streamable import LeanSession
 from hotloop.mcp.types import CallError, CallResult, Endpoint, ListedTool, ListFailed, NotAllowed, Stats
 
@@ -161,8 +159,10 @@ class Clients:
             self._drop(key, session)
         self._make_room()
         max_event_bytes = max(EVENT_BYTES, 4 * self.max_output_bytes + (64 << 10))
-        kind = LeanSession if key[1].transport == "streamable_http" and self.client == "lean" else SdkSession
-        made: Session = kind(key[1], self.allowed, open_s=self.list_timeout_s, max_event_bytes=max_event_bytes)
+        lean = key[1].transport == "streamable_http" and self.client == "lean"
+        made: Session = (LeanSession if lean else _sdk_session)(
+            key[1], self.allowed, open_s=self.list_timeout_s, max_event_bytes=max_event_bytes
+        )
         made.last_used = self._clock()
         self._sessions[key] = made
         self.stats.sessions += 1
@@ -208,8 +208,16 @@ async def _all_tools(session: Session) -> list[ListedTool]:
         if not cursor:
             return tools
     message = f"tools/list did not end within {MAX_PAGES} pages"
-    raise Failure(CallError("mcp_protocol_error", code=mcp_types.INTERNAL_ERROR, message=message))
+    raise Failure(CallError("mcp_protocol_error", code=INTERNAL_ERROR, message=message))
 
 
 async def _call(name: str, arguments: dict[str, Any], session: Session) -> ToolResult:
     return await session.call(name, arguments)
+
+
+def _sdk_session(endpoint: Endpoint, allowed: Callable[[str], bool], *, open_s: float, max_event_bytes: int) -> Session:
+    """A session on the SDK's client (legacy SSE, or `mcp_client = "sdk"`), imported the first time one opens: the
+    SDK and its pydantic models cost most of a second of start-up, which a server on the lean client never pays."""
+    from hotloop.mcp.session import SdkSession
+
+    return SdkSession(endpoint, allowed, open_s=open_s, max_event_bytes=max_event_bytes)

@@ -5,13 +5,15 @@ clients' results take one path. No I/O; nothing keeps a pydantic model."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mcp_types
 import msgspec
 
 from hotloop.mcp.jsonrpc import Tool, ToolResult
 from hotloop.mcp.types import CallError, CallResult, ListedTool
+
+if TYPE_CHECKING:  # the SDK's models, read only where the SDK's client runs (session.py)
+    import mcp_types
 
 
 def listed_wire(wire: Tool) -> ListedTool:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any, Generic, TypeVar
 
 import msgspec
-from mcp_types import INTERNAL_ERROR, PARSE_ERROR
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+
+from hotloop.mcp.codes import HANDSHAKE_PROTOCOL_VERSIONS, INTERNAL_ERROR, LATEST_HANDSHAKE_VERSION, PARSE_ERROR
 
 R = TypeVar("R")
 Id = int | str

@@ -19,15 +19,17 @@ import mcp_types
 from mcp.client.session import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from hotloop import __version__
 from hotloop.mcp.base import CLOSE_S, Background, Page, shown_url
+from hotloop.mcp.codes import CONNECTION_CLOSED, INTERNAL_ERROR, REQUEST_TIMEOUT
 from hotloop.mcp.convert import listed, tool_result
-from hotloop.mcp.failures import ENDED, Failure, failure_of, timed_out
+from hotloop.mcp.failures import ENDED, Failure, http_status, rpc_failure, timed_out, unreachable
 from hotloop.mcp.http import SSE_READ_S, Trace, guarded_client, tracing
 from hotloop.mcp.jsonrpc import ToolResult
-from hotloop.mcp.types import Endpoint
+from hotloop.mcp.types import CallError, Endpoint, NotAllowed
 
 if TYPE_CHECKING:
     from mcp.client._transport import ReadStream, TransportStreams
@@ -231,3 +233,42 @@ def _retrieved(future: asyncio.Future[ClientSession]) -> None:
     # A session nobody waited on may fail to open: its exception is then read here, not reported as unretrieved.
     if not future.cancelled():
         future.exception()
+
+
+def failure_of(exc: BaseException | None, trace: Trace, *, streamable: bool) -> Failure:
+    """The failure behind `exc` (raised by the SDK or its transport, perhaps in an ExceptionGroup; None when the
+    SDK never answered), read with what the HTTP requests met: an HTTP status or an unanswered request says more
+    than the JSON-RPC error the SDK made of it. `streamable`: a 404 then means the server dropped the session
+    (MCP's streamable HTTP transport: the client must open a new one)."""
+    leaf = None if exc is None else _leaf(exc)
+    if isinstance(leaf, Failure):
+        return leaf
+    if trace.refused or isinstance(leaf, NotAllowed):
+        message = trace.problem or str(leaf)
+        return Failure(CallError("http_error", code=trace.status or 403, message=message), broken=True, refused=True)
+    status = trace.status
+    if status is None and isinstance(leaf, httpx2.HTTPStatusError):  # the SSE transport's GET: raise_for_status
+        status = leaf.response.status_code
+    if status is not None:
+        return http_status(status, leaf.message if isinstance(leaf, MCPError) else None, streamable=streamable)
+    if trace.problem is not None or isinstance(leaf, httpx2.TransportError):
+        return unreachable(trace.problem or f"{type(leaf).__name__}: {leaf}")
+    if isinstance(leaf, MCPError):
+        return rpc_failure(leaf.code, leaf.message)
+    if isinstance(leaf, TimeoutError):
+        return Failure(CallError("mcp_protocol_error", code=REQUEST_TIMEOUT, message="Request timed out"))
+    if leaf is None:
+        return Failure(CallError("mcp_protocol_error", code=CONNECTION_CLOSED, message="No answer"), broken=True)
+    # A result that is not valid MCP (a pydantic ValidationError), an unsupported protocol version, …: the session
+    # itself may be fine (one that died is dropped anyway).
+    message = f"{type(leaf).__name__}: {leaf}"
+    return Failure(CallError("mcp_protocol_error", code=INTERNAL_ERROR, message=message))
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first exception in `exc` that is neither a group nor a cancellation: the SDK's task groups wrap what
+    their tasks raised, beside the cancellations of the tasks that were stopped because of it."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc
+    leaves = [_leaf(inner) for inner in exc.exceptions]
+    return next((leaf for leaf in leaves if not isinstance(leaf, asyncio.CancelledError)), leaves[0] if leaves else exc)

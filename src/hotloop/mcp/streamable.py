@@ -26,11 +26,11 @@ from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import msgspec
-from mcp_types import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND
 
 from hotloop import __version__
 from hotloop.mcp import jsonrpc
 from hotloop.mcp.base import CLOSE_S, Background, Page, shown_url
+from hotloop.mcp.codes import CONNECTION_CLOSED, INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND
 from hotloop.mcp.convert import listed_wire
 from hotloop.mcp.events import EventStream, EventTooLarge
 from hotloop.mcp.failures import ENDED, Failure, http_status, refused, rpc_failure, timed_out, unreachable
