@@ -27,8 +27,10 @@ from typing import Any
 
 import msgspec
 
+from hotloop.backends.sim.backend import SLEEP_MIN_S
 from hotloop.bench.clients import FIRST_OUTPUT, TIMING_EVENT, kind_of
 from hotloop.bench.recording import Recording
+from hotloop.clock import WAKER
 from hotloop.config import Settings
 from hotloop.transports.stack import uvicorn_options
 
@@ -36,7 +38,6 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 OPENING = frozenset({"response.created", "response.queued", "response.in_progress"})
-SLEEP_MIN_S = 0.0005  # hotloop-sim does not sleep for less (backends/sim/backend.py)
 _encode = msgspec.json.Encoder().encode
 
 
@@ -192,10 +193,13 @@ async def play(turn: ReplayTurn, ids: dict[str, str], send: Send, received: floa
         await send({"type": "websocket.send", "text": template.format_map(ids)})
     start = time.perf_counter()  # the model starts once the response is announced, as in hotloop's turn
     last = start
-    for frame in turn.body:
+    paced = [i for i, frame in enumerate(turn.body) if frame.due_s is not None]
+    exact = {paced[0], paced[-1]} if paced else set()  # the first and last token: on hotloop-sim's exact clock
+    for i, frame in enumerate(turn.body):
         if frame.due_s is not None:
-            delay = start + frame.due_s - time.perf_counter()
-            if delay > SLEEP_MIN_S:
+            if i in exact:
+                await WAKER.until(start + frame.due_s)
+            elif (delay := start + frame.due_s - time.perf_counter()) > SLEEP_MIN_S:
                 await asyncio.sleep(delay)
             last = time.perf_counter()
             text = frame.template.format_map(ids)

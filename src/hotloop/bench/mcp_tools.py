@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
-import anyio
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from pydantic import Field
@@ -33,6 +32,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from hotloop.bench.scenario import tool_text
 from hotloop.bench.server_process import ChildServer
+from hotloop.clock import WAKER
 
 LABEL = "bench"  # the tool's server_label: the model sees `bench.shell`
 PATH = "/mcp"
@@ -122,9 +122,7 @@ def build_app(tool_ms: float, json_response: bool = False) -> tuple[Any, ToolSta
 
     async def run(text: str) -> str:
         start = time.perf_counter()
-        deadline = start + state.tool_s
-        while (remaining := deadline - time.perf_counter()) > 0:  # uvloop's ms timers may wake a little early
-            await anyio.sleep(remaining)
+        await WAKER.until(start + state.tool_s)  # the tool's time exactly, as the limit counts it
         state.tool_ms.append((time.perf_counter() - start) * 1000.0)
         return text
 

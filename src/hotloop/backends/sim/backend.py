@@ -42,6 +42,7 @@ from hotloop.backends.sim.schema_example import example_for_schema
 from hotloop.backends.sim.shell import command_field, shell_arguments
 from hotloop.backends.sim.words import WORDS
 from hotloop.chat.specs import ToolSpec
+from hotloop.clock import WAKER
 from hotloop.tools.grammar import compile_grammar, matches, sample
 from hotloop.tools.registry import BY_KIND, SEARCH_KINDS
 
@@ -52,6 +53,7 @@ RNG_TAIL_TOKENS = 2048
 
 
 FAULT_KEY = "hotloop_sim_fault"
+SLEEP_MIN_S = 0.0005  # a token due sooner than this leaves at once: the loop's timer would not be sooner
 # Codex's apply_patch format (V4A), creating a file as the typed apply_patch tool's sample does.
 ADD_FILE = "*** Begin Patch\n*** Add File: hotloop_sim_{n}.txt\n+hotloop-sim-{n}\n*** End Patch\n"
 
@@ -208,6 +210,9 @@ class SimBackend:
                 plan = await asyncio.to_thread(self._plan, request, rng)
             else:
                 plan = self._plan(request, rng)
+            last = sum(len(pieces) for _, pieces in plan) - 1
+            if limit is not None:
+                last = min(last, limit - 1)
             for spec, pieces in plan:
                 if isinstance(spec, ToolSpec):
                     yield ToolCallStart(name=spec.name, kind=spec.kind, namespace=spec.namespace)
@@ -217,8 +222,10 @@ class SimBackend:
                         break
                     if fault is not None and emitted == fault[1]:
                         await _fail(fault[0])
-                    delay = start + emitted / tps - time.perf_counter()
-                    if delay > 0.0005:
+                    due = start + emitted / tps
+                    if emitted in (0, last):  # what a client measures: time to first token, the turn's end
+                        await WAKER.until(due)
+                    elif (delay := due - time.perf_counter()) > SLEEP_MIN_S:
                         await asyncio.sleep(delay)
                     emitted += 1
                     if spec == REASONING:
