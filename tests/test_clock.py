@@ -1,10 +1,13 @@
-"""Waits that end at their moment (hotloop/clock.py): never before it, in the order asked, cancellable, on any loop,
-in a forked child too; and hotloop-sim's first and last token on that clock."""
+"""Waits that end at their moment (hotloop/clock.py): never before it, in the order asked, cancellable, on either
+loop, with the timerfd and without it, its descriptor released; and hotloop-sim's first and last token on that
+clock."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import multiprocessing
+import os
 import random
 import time
 from collections.abc import Callable, Coroutine
@@ -13,9 +16,9 @@ from typing import Any
 import pytest
 import uvloop
 
+from hotloop import clock
 from hotloop.backends.base import GenerationRequest, TextDelta
 from hotloop.backends.sim.backend import SimBackend, SimSettings
-from hotloop.clock import WAKER
 
 pytestmark = pytest.mark.fast
 
@@ -32,7 +35,7 @@ def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], 
 
 async def _lateness(delay: float) -> float:
     moment = time.perf_counter() + delay
-    await WAKER.until(moment)
+    await clock.until(moment)
     return time.perf_counter() - moment
 
 
@@ -48,6 +51,35 @@ def test_a_wait_never_ends_before_its_moment(run: Callable[[Coroutine[Any, Any, 
     assert max(late) < 0.05, late  # woken, not left to a later timer or the next event
 
 
+def test_without_the_timerfd_a_wait_still_never_ends_early(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off Linux (or where no timerfd can be made) the loop's own timers, looped until the moment has passed."""
+    monkeypatch.setattr(clock, "_LIBC", None)
+
+    async def main() -> list[float]:
+        return [await _lateness(delay) for delay in [3e-4, 1.7e-3, 0.0197, 0.0203] * 3]
+
+    late = uvloop.run(main())
+    assert min(late) >= 0.0, late
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_the_timerfd_lives_while_a_wait_does() -> None:
+    async def main() -> tuple[bool, bool]:
+        waiting = asyncio.ensure_future(clock.until(time.perf_counter() + 0.003))
+        await asyncio.sleep(0)
+        held = id(asyncio.get_running_loop()) in clock._TIMERS
+        await waiting
+        return held, id(asyncio.get_running_loop()) in clock._TIMERS
+
+    before = _open_descriptors()
+    assert uvloop.run(main()) == (True, False)
+    gc.collect()
+    assert _open_descriptors() == before
+
+
 def test_waits_end_in_the_order_of_their_moments(run: Callable[[Coroutine[Any, Any, Any]], Any]) -> None:
     async def main() -> tuple[list[int], list[float]]:
         base = time.perf_counter() + 0.005
@@ -58,7 +90,7 @@ def test_waits_end_in_the_order_of_their_moments(run: Callable[[Coroutine[Any, A
 
         async def wait(i: int) -> None:
             moment = base + i * 0.001
-            await WAKER.until(moment)
+            await clock.until(moment)
             late.append(time.perf_counter() - moment)
             ended.append(i)
 
@@ -72,7 +104,7 @@ def test_waits_end_in_the_order_of_their_moments(run: Callable[[Coroutine[Any, A
 
 def test_a_cancelled_wait_ends_at_once_and_the_clock_runs_on(run: Callable[[Coroutine[Any, Any, Any]], Any]) -> None:
     async def main() -> tuple[float, float]:
-        task = asyncio.create_task(WAKER.until(time.perf_counter() + 10.0))
+        task = asyncio.create_task(clock.until(time.perf_counter() + 10.0))
         await asyncio.sleep(0.01)
         start = time.perf_counter()
         task.cancel()
@@ -87,12 +119,14 @@ def test_a_cancelled_wait_ends_at_once_and_the_clock_runs_on(run: Callable[[Coro
 
 def test_a_loop_that_closed_while_waiting_leaves_the_clock_working() -> None:
     async def abandon() -> None:
-        waiting = asyncio.create_task(WAKER.until(time.perf_counter() + 0.02))
+        waiting = asyncio.create_task(clock.until(time.perf_counter() + 0.02))
         await asyncio.sleep(0)
         assert not waiting.done()  # asyncio.run cancels it on its way out
 
+    before = _open_descriptors()
     asyncio.run(abandon())
-    time.sleep(0.04)  # the thread has met the closed loop by now
+    gc.collect()  # the closed loop goes, and its timer's descriptor with it
+    assert _open_descriptors() == before
     late = asyncio.run(_lateness(0.003))
     assert 0.0 <= late < 0.05
 

@@ -27,10 +27,10 @@ from typing import Any
 
 import msgspec
 
+from hotloop import clock
 from hotloop.backends.sim.backend import SLEEP_MIN_S
 from hotloop.bench.clients import FIRST_OUTPUT, TIMING_EVENT, kind_of
 from hotloop.bench.recording import Recording
-from hotloop.clock import WAKER
 from hotloop.config import Settings
 from hotloop.transports.stack import uvicorn_options
 
@@ -198,7 +198,7 @@ async def play(turn: ReplayTurn, ids: dict[str, str], send: Send, received: floa
     for i, frame in enumerate(turn.body):
         if frame.due_s is not None:
             if i in exact:
-                await WAKER.until(start + frame.due_s)
+                await clock.until(start + frame.due_s)
             elif (delay := start + frame.due_s - time.perf_counter()) > SLEEP_MIN_S:
                 await asyncio.sleep(delay)
             last = time.perf_counter()

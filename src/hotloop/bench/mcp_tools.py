@@ -30,9 +30,9 @@ from pydantic import Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from hotloop import clock
 from hotloop.bench.scenario import tool_text
 from hotloop.bench.server_process import ChildServer
-from hotloop.clock import WAKER
 
 LABEL = "bench"  # the tool's server_label: the model sees `bench.shell`
 PATH = "/mcp"
@@ -122,7 +122,7 @@ def build_app(tool_ms: float, json_response: bool = False) -> tuple[Any, ToolSta
 
     async def run(text: str) -> str:
         start = time.perf_counter()
-        await WAKER.until(start + state.tool_s)  # the tool's time exactly, as the limit counts it
+        await clock.until(start + state.tool_s)  # the tool's time exactly, as the limit counts it
         state.tool_ms.append((time.perf_counter() - start) * 1000.0)
         return text
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 import uuid
 
+from hotloop import clock
 from hotloop.bench.agent_config import AgentLoopConfig
 from hotloop.bench.agent_records import RunRecord, TurnRecord
 from hotloop.bench.clients import BenchError, ModeClient
 from hotloop.bench.progress import Progress
 from hotloop.bench.scenario import CLIENT_CALLS, USER_TASK, Rollout, user_message
-from hotloop.clock import WAKER
 
 
 def model_ms(ttft_ms: float, tps: float, output_tokens: int, generations: int = 1) -> float:
@@ -96,7 +96,7 @@ async def run_rollout(
         items = [rollout.tool_output(turn, call, chars)]
         entry.output_chars = chars
         entry.call = f"function_call:{call.get('name')}" if call["type"] == "function_call" else call["type"]
-        await WAKER.until(tool_start + config.tool_ms / 1000.0)  # the tool's time exactly, as the limit counts it
+        await clock.until(tool_start + config.tool_ms / 1000.0)  # the tool's time exactly, as the limit counts it
         entry.tool_ms = (time.perf_counter() - tool_start) * 1000.0
     record.e2e_ms = (time.perf_counter() - start) * 1000.0
     record.physical_ms = sum(t.model_ms for t in record.turns) + config.tool_ms * (len(record.turns) - 1)

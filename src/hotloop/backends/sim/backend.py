@@ -27,6 +27,7 @@ from typing import Literal
 
 import msgspec
 
+from hotloop import clock
 from hotloop.backends.base import (
     Delta,
     Finished,
@@ -42,7 +43,6 @@ from hotloop.backends.sim.schema_example import example_for_schema
 from hotloop.backends.sim.shell import command_field, shell_arguments
 from hotloop.backends.sim.words import WORDS
 from hotloop.chat.specs import ToolSpec
-from hotloop.clock import WAKER
 from hotloop.tools.grammar import compile_grammar, matches, sample
 from hotloop.tools.registry import BY_KIND, SEARCH_KINDS
 
@@ -224,7 +224,7 @@ class SimBackend:
                         await _fail(fault[0])
                     due = start + emitted / tps
                     if emitted in (0, last):  # what a client measures: time to first token, the turn's end
-                        await WAKER.until(due)
+                        await clock.until(due)
                     elif (delay := due - time.perf_counter()) > SLEEP_MIN_S:
                         await asyncio.sleep(delay)
                     emitted += 1
