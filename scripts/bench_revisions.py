@@ -63,9 +63,11 @@ def main() -> None:
     parser.add_argument("head", nargs="?", default="HEAD", help="the commit measured (A; default HEAD)")
     parser.add_argument("--scenario", choices=tuple(DEFAULTS), default="agent-loop")
     parser.add_argument("--pairs", type=int, default=8)
-    parser.add_argument("bench", nargs="*", help="bench agent-loop options, after --")
-    args = parser.parse_args()
-    bench_args = args.bench or DEFAULTS[args.scenario]
+    argv = sys.argv[1:]
+    # What follows `--` is the bench's, split off here: argparse cannot place `--` after an optional positional.
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    bench_args = argv[cut + 1 :] or DEFAULTS[args.scenario]
     with tempfile.TemporaryDirectory() as tmp:
         trees = {name: Path(tmp) / name for name in ("head", "base")}
         for name, tree in trees.items():
