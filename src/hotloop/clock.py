@@ -3,14 +3,15 @@ the engine and the tools wait with.
 
 The event loop runs timers at millisecond precision (uvloop, and asyncio's epoll loop alike). hotloop-sim's wait for
 its first token, 20 ms less its own bookkeeping, woke a median 0.80 ms after it was due (0.66-0.95 between the
-quartiles; `hotloop bench agent-loop`, 1 000 tok/s, 150 turns), and its last token was sent up to 0.5 ms early
+quartiles; `hotloop bench agent-loop`, 1 000 tok/s, 152 turns), and its last token was sent up to 0.5 ms early
 (waits that short were skipped); the bench client's 10 ms tool woke 0.05-0.5 ms late, depending on where in a
 millisecond it began. Each is the stand-in's error, not the API's, yet the bench charged it to hotloop: time to
 first token, the turn's end and the tool's time are what the physical limit counts exactly.
 
 On Linux each loop gets a timerfd (the kernel's high-resolution timers, armed at the earliest moment asked for, on
-the clock `time.perf_counter` reads) among the descriptors it polls: the loop wakes when the timer fires, ~0.05 ms
-late, and wakes the waiting tasks on its own thread. A thread of timers would wait for the GIL behind a busy loop
+the clock `time.perf_counter` reads) among the descriptors it polls: the loop wakes when the timer fires and wakes
+the waiting tasks on its own thread, 0.1-0.4 ms late on this VM (an idle CPU's wake-up, which a server waiting on
+an engine's socket pays too), never early. A thread of timers would wait for the GIL behind a busy loop
 (up to the 5 ms switch interval: tried, `bench load`'s overhead p50 rose from 15 to 23 ms). Elsewhere, or where
 the timerfd cannot be made, `until` sleeps on the loop's own timers, as before.
 """
