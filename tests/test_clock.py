@@ -40,7 +40,7 @@ async def _lateness(delay: float) -> float:
 
 
 def test_a_wait_never_ends_before_its_moment(run: Callable[[Coroutine[Any, Any, Any]], Any]) -> None:
-    """Below, at and above the thresholds: no thread, the thread alone, the loop's sleep then the thread. The loop's
+    """Nothing to wait, a fraction of a millisecond, a few, and around 20 ms (hotloop-sim's first token): the loop's
     own timers wake up to a millisecond early or late at these lengths (clock.py)."""
 
     async def main() -> list[float]:
