@@ -69,14 +69,13 @@ class _LoopTimer:
         loop.add_reader(fd, self._fire)
         self.loop = weakref.ref(loop)  # the loop holds this timer (its reader), not the other way round
         self.fd = fd
-        self.heap: list[Entry] = []
-        self.armed = float("inf")
+        self.heap: list[Entry] = []  # the descriptor is armed for the first entry's moment
         # A loop that closes with a wait pending never fires it: the descriptor then goes with the loop.
         self._release = weakref.finalize(loop, os.close, fd)
 
     def add(self, moment: float, future: asyncio.Future[None], order: int) -> None:
         heapq.heappush(self.heap, (moment, order, future))
-        if moment < self.armed:
+        if self.heap[0][2] is future:  # the earliest now
             self._arm(moment)
 
     def _arm(self, moment: float) -> None:
@@ -85,14 +84,12 @@ class _LoopTimer:
         spec = _Itimerspec(_Timespec(0, 0), _Timespec(seconds, int((moment - seconds) * 1e9)))
         if _LIBC.timerfd_settime(self.fd, TFD_TIMER_ABSTIME, ctypes.byref(spec), None) != 0:
             raise OSError(ctypes.get_errno(), "timerfd_settime")
-        self.armed = moment
 
     def _fire(self) -> None:
         try:
             os.read(self.fd, 8)
         except BlockingIOError:  # re-armed since it fired
             pass
-        self.armed = float("inf")
         heap, now = self.heap, time.perf_counter()
         while heap and heap[0][0] <= now:
             future = heapq.heappop(heap)[2]

@@ -55,6 +55,7 @@ _decode_frame = msgspec.json.Decoder(_Create).decode
 class Frame:
     template: str  # the recorded frame with its ids as `{slot}` fields (str.format_map)
     due_s: float | None = None  # an output delta: when it is due after the model's start
+    exact: bool = False  # the turn's first or last delta: sent on hotloop-sim's exact clock (hotloop/clock.py)
     timing_seq: int | None = None  # the `hotloop:timing_metrics` event: rebuilt with the floor's own timings
 
 
@@ -95,13 +96,15 @@ def compile_turn(frames: list[str], ttft_ms: float, tps: float) -> ReplayTurn:
 
     kinds = [kind_of(frame) for frame in frames]
     output_tokens = int(msgspec.json.decode(frames[-1])["response"]["usage"]["output_tokens"])
-    due = iter(due_times(sum(kind in FIRST_OUTPUT for kind in kinds), ttft_ms, tps, output_tokens))
+    dues = due_times(sum(kind in FIRST_OUTPUT for kind in kinds), ttft_ms, tps, output_tokens)
+    due, ends = iter(enumerate(dues)), {0, len(dues) - 1}
     opening, body = [], []
     for frame, kind in zip(frames, kinds, strict=True):
         if kind in OPENING:
             opening.append(template(frame))
         elif kind in FIRST_OUTPUT:
-            body.append(Frame(template(frame), due_s=next(due)))
+            index, due_s = next(due)
+            body.append(Frame(template(frame), due_s=due_s, exact=index in ends))
         elif kind == TIMING_EVENT:
             body.append(Frame("", timing_seq=int(msgspec.json.decode(frame)["sequence_number"])))
         else:
@@ -193,11 +196,9 @@ async def play(turn: ReplayTurn, ids: dict[str, str], send: Send, received: floa
         await send({"type": "websocket.send", "text": template.format_map(ids)})
     start = time.perf_counter()  # the model starts once the response is announced, as in hotloop's turn
     last = start
-    paced = [i for i, frame in enumerate(turn.body) if frame.due_s is not None]
-    exact = {paced[0], paced[-1]} if paced else set()  # the first and last token: on hotloop-sim's exact clock
-    for i, frame in enumerate(turn.body):
+    for frame in turn.body:
         if frame.due_s is not None:
-            if i in exact:
+            if frame.exact:
                 await clock.until(start + frame.due_s)
             elif (delay := start + frame.due_s - time.perf_counter()) > SLEEP_MIN_S:
                 await asyncio.sleep(delay)

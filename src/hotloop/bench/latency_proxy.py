@@ -7,7 +7,7 @@ It is plain TCP, so HTTP keep-alive, SSE and WebSocket upgrades pass through unc
     python -m hotloop.bench.latency_proxy --port 9001 --target 127.0.0.1:8000 --delay-ms 10
 
 It runs in its own process (`LatencyProxyProcess`) on asyncio's own event loop, not uvloop: asyncio runs a timer at
-or after its deadline, while uvloop's millisecond timers may wake up to a millisecond early (bench/rollout.py), and
+or after its deadline, while uvloop's millisecond timers may wake up to a millisecond early (hotloop/clock.py), and
 an early chunk would shorten the RTT being measured. Not delayed: the TCP handshakes (the proxy accepts locally),
 so a connection's opening costs no RTT; the bench opens its connections before a rollout's clock starts, except
 the HTTP modes' first request (one handshake a rollout, not one a turn).
