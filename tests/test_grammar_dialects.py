@@ -211,6 +211,21 @@ def test_harmony_lark_goes_as_a_structural_tag_triggered_by_the_call_header(
     assert patch_ok(call["input"]), call["input"]
 
 
+def test_codex_gets_the_freeform_apply_patch_where_the_engine_follows_lark(http: httpx.Client) -> None:
+    """Codex's catalog offers the Lark `apply_patch` for the upstreams whose engine is held to it as the model writes
+    (harmony on vLLM and SGLang, the test above), not where the server can only check the input afterwards."""
+    catalog = http.get("/models", params={"client_version": "0.171.0"})
+    assert catalog.status_code == 200, catalog.text
+    kinds = {entry["slug"]: entry.get("apply_patch_tool_type") for entry in catalog.json()["models"]}
+    assert kinds == {
+        "harmony-vllm": "freeform",
+        "harmony-sglang": "freeform",
+        "hermes-vllm": None,
+        "hermes-sglang": None,
+        "hermes-llamacpp": None,
+    }
+
+
 @pytest.mark.parametrize("dialect", ["vllm", "sglang"])
 def test_harmony_regex_goes_as_the_tags_regex(
     http: httpx.Client, harmony_engine: tuple[SimEngineProcess, Path], dialect: str

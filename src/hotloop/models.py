@@ -186,7 +186,9 @@ def _upstream_model(name: str, upstream: Upstream, chat: ChatFormat) -> Model:
         fmt = load_chat_format(name, upstream)
         probe_incremental(fmt)
         reasoning = ReasoningPrompt(form=upstream.reasoning_parser, replay=upstream.reasoning_replay)
-        return Model(name, TokensBackend(name, upstream, fmt), fmt, upstream.context_window, reasoning=reasoning)
+        backend = TokensBackend(name, upstream, fmt)
+        # gpt-oss on vLLM or SGLang is held to a custom tool's grammar by the engine (Codex's freeform apply_patch).
+        return Model(name, backend, fmt, upstream.context_window, reasoning=reasoning, grammars=backend.grammars)
     from hotloop.backends.upstream.chat import OpenAIChatBackend
 
     # `chat` is not used to render for an upstream (its engine has its own template); every Model has one.

@@ -57,6 +57,13 @@ def harmony_header(name: str) -> str:
     return f"<|channel|>commentary to=functions.{name}<|message|>"
 
 
+def followed(dialect: str, calls: str) -> frozenset[str]:
+    """The grammar syntaxes whose every grammar this engine is asked to enforce as the model writes: Lark and regex
+    for harmony's raw inputs on vLLM and SGLang. On Hermes a Lark grammar is never sent and a regex only where its
+    matches need no JSON escape (the module's docstring), so neither is followed whatever it says."""
+    return frozenset({"lark", "regex"}) if calls == "harmony" and dialect in ("vllm", "sglang") else frozenset()
+
+
 def has_grammar(request: GenerationRequest) -> bool:
     return any(spec.grammar is not None for spec in request.tools)
 

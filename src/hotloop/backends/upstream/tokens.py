@@ -85,6 +85,11 @@ class TokensBackend(UpstreamBackend):
         """How the model writes tool calls: harmony's channels, or the tool parser's format."""
         return "harmony" if self.upstream.reasoning_parser == "harmony" else self.upstream.tool_parser
 
+    @property
+    def grammars(self) -> frozenset[str]:
+        """The grammar syntaxes this engine is made to follow as the model writes (constraints.py)."""
+        return constraints.followed(self.upstream.dialect, self.calls)
+
     def body(self, request: GenerationRequest) -> dict[str, Any]:
         ids = self.prompts.encode(request.prompt_tokens, request.response_id, request.previous_response_id)
         upstream = self.upstream
