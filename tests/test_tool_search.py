@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import openai
 import pytest
 from openai.types.responses import (
@@ -168,6 +169,62 @@ def test_server_search_over_websocket(server: RunningServer, generations: list[G
     check_generations(generations[:2], loaded)
     assert [spec.name for spec in generations[2].tools] == ["tool_search", *loaded]
     assert list(generations[2].prompt_tokens[: len(generations[1].prompt_tokens)]) == list(generations[1].prompt_tokens)
+
+
+# -- max_tool_calls ----------------------------------------------------------------------------------------------------
+
+
+def searching_every_step(monkeypatch: pytest.MonkeyPatch) -> list[GenerationRequest]:
+    """hotloop-sim made a model that searches at every step while the search is offered and tools are deferred
+    (it searches when the context holds no call yet): recorded as `record_generations` does."""
+    seen: list[GenerationRequest] = []
+    generate = SimBackend.generate
+
+    def searching(self: SimBackend, request: GenerationRequest) -> Any:
+        seen.append(request)
+        return generate(self, msgspec.structs.replace(request, calls_so_far=0))
+
+    monkeypatch.setattr(SimBackend, "generate", searching)
+    return seen
+
+
+def test_max_tool_calls_bounds_the_servers_searches(server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model that would search again and again runs `max_tool_calls` searches (built-in calls, as MCP calls are);
+    then the search is no longer offered, and the model calls a tool it loaded."""
+    seen = searching_every_step(monkeypatch)
+    response = server.client().responses.create(
+        model="hotloop-sim", input="Weather?", tools=[SEARCH, *DEFERRED], max_tool_calls=2
+    )
+    kinds = [item.type for item in response.output]
+    assert kinds == ["tool_search_call", "tool_search_output"] * 2 + ["function_call"], kinds
+    assert response.status == "completed"
+    outputs = [item for item in response.output if isinstance(item, ResponseToolSearchOutputItem)]
+    assert all(item.status == "completed" and item.tools for item in outputs)
+    assert [spec.name for spec in seen[0].tools] == ["tool_search"]
+    assert "tool_search" in [spec.name for spec in seen[1].tools]
+    assert "tool_search" not in [spec.name for spec in seen[2].tools] and len(seen) == 3
+
+
+async def test_a_search_past_max_tool_calls_is_not_run() -> None:
+    """Two searches in one step with room for one: the second loads nothing and is answered `incomplete`."""
+    from hotloop.pipeline.mcp.searches import Searches
+    from hotloop.pipeline.tools import resolve_tools
+    from hotloop.wire.builder import ResponseBuilder
+    from hotloop.wire.response import Response
+    from hotloop.wire.tool_items import ToolSearchCall
+
+    deferred = resolve_tools([SEARCH, *DEFERRED], drop=()).deferred
+    builder = ResponseBuilder(Response(id="resp_x", created_at=1, model="hotloop-sim"))
+    for number in (1, 2):
+        call = ToolSearchCall(arguments={"query": "weather"}, execution="server", call_id=f"call_{number}")
+        builder.add_item(call)
+    searches = Searches(deferred)
+    events, ran = await searches.run(builder, room=1)
+    assert ran == 1 and len(events) == 4  # added and done, for each output
+    first, second = builder.response.output[2:]
+    assert first.status == "completed" and "get_weather" in [tool["name"] for tool in first.tools]
+    assert second.status == "incomplete" and second.tools == []
+    assert [spec.name for spec in searches.fresh()] == [tool["name"] for tool in first.tools]
 
 
 # -- the prompt --------------------------------------------------------------------------------------------------------

@@ -253,7 +253,8 @@ HELP: dict[str, str] = {
     "hotloop_tools_dropped_total.",
     "mcp_max_output_bytes": "An MCP tool's output beyond this many bytes is cut, with a note saying so.",
     "mcp_session_idle_s": "An MCP session unused this long is closed.",
-    "mcp_max_calls": "Most MCP calls in one response when the request sets no max_tool_calls.",
+    "mcp_max_calls": "Most MCP calls and server-run tool searches in one response when the request sets no "
+    "max_tool_calls.",
     "mcp_client": "The client for streamable HTTP MCP servers: lean (hotloop's own, on its keep-alive HTTP/1.1 "
     "pool) or sdk (the official `mcp` SDK's); legacy SSE servers always get the SDK's (docs/mcp.md).",
 }

@@ -40,7 +40,8 @@ WITHHELD = "The tool's output was withheld: this server's safety policy blocks w
 
 
 class Calls:
-    """The MCP calls one response runs: at most `limit` (its `max_tool_calls`, or the server's bound)."""
+    """The MCP calls one response runs: at most `limit` (its `max_tool_calls`, or the server's bound), which its
+    server-run tool searches share (`spend`, searches.py)."""
 
     def __init__(
         self,
@@ -70,6 +71,15 @@ class Calls:
     def exhausted(self) -> bool:
         return self.made >= self.limit
 
+    @property
+    def room(self) -> int:
+        """The built-in calls the response may still run."""
+        return max(0, self.limit - self.made)
+
+    def spend(self, count: int) -> None:
+        """`count` built-in calls run besides the MCP calls (the server's tool searches)."""
+        self.made += count
+
     async def run(
         self, builder: ResponseBuilder, indexes: list[int], steered: asyncio.Event
     ) -> AsyncGenerator[Event, None]:
@@ -77,7 +87,7 @@ class Calls:
         response's `output_item.done` events come in index order), each as soon as it and those before it have
         returned. Past the limit a call is not run; a steer (`steered` set) stops the calls still running."""
         output = builder.response.output
-        room = max(0, self.limit - self.made)
+        room = self.room
         running: list[tuple[int, asyncio.Task[CallResult] | None, CallRecord | None]] = []
         for position, index in enumerate(indexes):
             item = output[index]

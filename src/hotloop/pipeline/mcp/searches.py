@@ -32,14 +32,20 @@ class Searches:
         out, self._fresh = self._fresh, []
         return out
 
-    async def run(self, builder: ResponseBuilder) -> list[Event]:
-        """The outputs of the searches the last generation wrote (none: no event)."""
+    async def run(self, builder: ResponseBuilder, room: int) -> tuple[list[Event], int]:
+        """The outputs of the searches the last generation wrote (none: no event), and how many ran: at most `room`,
+        what the response's `max_tool_calls` leaves (its MCP calls count too, as OpenAI counts every built-in
+        call). A search past it is not run: its output is `incomplete` and loads nothing."""
         out: list[Event] = []
+        ran = 0
         for item in list(builder.response.output):
             if not isinstance(item, ToolSearchCall) or item.execution != "server" or item.key in self._answered:
                 continue
             self._answered.add(item.key)
-            hits = await self._search(_query(item.arguments))
+            runs = ran < room
+            if runs:
+                ran += 1
+            hits = await self._search(_query(item.arguments)) if runs else []
             self.deferred = [spec for spec in self.deferred if spec not in hits]
             self._fresh.extend(hits)
             found = ToolSearchOutput(
@@ -47,10 +53,10 @@ class Searches:
                 execution="server",
                 call_id=item.call_id,
                 id=new_id("tso"),
-                status="completed",
+                status="completed" if runs else "incomplete",
             )
             out.extend(builder.add_item(found))
-        return out
+        return out, ran
 
     async def _search(self, query: str) -> list[ToolSpec]:
         if not self.deferred:

@@ -30,6 +30,7 @@ from hotloop.pipeline.prompt import render_prompt
 from hotloop.pipeline.service import Service
 from hotloop.safety.base import Finding
 from hotloop.safety.stage import SUMMARY_MAX
+from hotloop.tools.tool_search import SERVER_KIND
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
 from hotloop.wire.items import ContextItem, McpApprovalRequest, McpCall
@@ -142,7 +143,9 @@ class Steps:
             pending = builder.mcp_pending()
             searched = False
             if result.status == "completed":
-                for event in await self.searches.run(builder):
+                found, ran = await self.searches.run(builder, self.calls.room)
+                self.calls.spend(ran)
+                for event in found:
                     searched = True
                     yield event
             if result.status != "completed" or not (pending or searched):
@@ -188,8 +191,8 @@ class Steps:
             return Outcome.failed(exc.code, exc.message)
         self.rendered, self.rendered_output = prompt.state, len(output)
         tools = [*generation.tools, *self.searches.fresh()]
-        if self.calls.exhausted:
-            tools = [spec for spec in tools if spec.kind != "mcp"]
+        if self.calls.exhausted:  # no built-in call left: neither MCP tools nor the server's search
+            tools = [spec for spec in tools if spec.kind not in ("mcp", SERVER_KIND)]
         self.overhead_s += time.perf_counter() - start
         return msgspec.structs.replace(
             generation,
