@@ -102,6 +102,25 @@ def test_parallel_tool_calls_round_trip_with_cached_tokens(http: httpx.Client, e
     assert engine.stats()["cached_tokens"] == usage["input_tokens_details"]["cached_tokens"]
 
 
+def test_a_functions_strict_reaches_the_engine(http: httpx.Client, engine: SimEngineProcess) -> None:
+    """A function's `strict` goes to the engine as the request gave it (vLLM holds a strict tool's arguments to its
+    schema); a tool without one is sent without one."""
+    engine.reset()
+    strict = {**WEATHER, "strict": True}
+    loose = {**WEATHER, "name": "get_time", "strict": False}
+    plain = {**WEATHER, "name": "get_date"}
+    reply = http.post("/responses", json={"input": "Weather?", "tools": [strict, loose, plain], "store": False})
+    assert reply.status_code == 200, reply.text
+    assert [tool["strict"] for tool in reply.json()["tools"]] == [True, False, None]  # echoed as given
+    records = engine.http.get("/stats/requests").json()["requests"]
+    assert [record["strict"] for record in records] == [{"get_weather": True, "get_time": False}]
+
+
+def test_a_non_boolean_strict_is_refused(http: httpx.Client) -> None:
+    reply = http.post("/responses", json={"input": "Hi", "tools": [{**WEATHER, "strict": "yes"}]})
+    error_of(reply, 400, "invalid_type", "tools[0].strict")
+
+
 def test_retry_before_the_first_token(http: httpx.Client, engine: SimEngineProcess) -> None:
     engine.script({"status": 503, "message": "warming up"})
     reply = http.post("/responses", json={"input": "hi"})
@@ -212,7 +231,7 @@ def test_items_map_to_chat_messages() -> None:
     assert messages[4] == {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
     specs = [ToolSpec("run", namespace="shell"), ToolSpec("patch", kind="custom")]
     offered = chat_messages.tools(specs)
-    assert offered[0]["function"]["name"] == "shell__run"
+    assert offered[0]["function"]["name"] == "shell__run" and "strict" not in offered[0]["function"]
     assert offered[1]["function"]["parameters"] == chat_messages.CUSTOM_INPUT
     forced = GenerationRequest(prompt_tokens=[], tools=specs, tool_choice="required", forced_tool="shell.run")
     assert chat_messages.tool_choice(forced) == {"type": "function", "function": {"name": "shell__run"}}

@@ -63,6 +63,8 @@ def _function(raw: dict[str, Any], param: str, namespace: str | None = None) -> 
     if description is not None and not isinstance(description, str):
         raise InvalidParam("'description' must be a string.", param=f"{param}.description", code="invalid_type")
     strict = raw.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise InvalidParam("'strict' must be a boolean.", param=f"{param}.strict", code="invalid_type")
     echo = {
         "type": "function",
         "name": name,
@@ -72,7 +74,8 @@ def _function(raw: dict[str, Any], param: str, namespace: str | None = None) -> 
     }
     if raw.get("defer_loading") is True:
         echo["defer_loading"] = True
-    return echo, ToolSpec(name=name, description=description, parameters=parameters, namespace=namespace)
+    spec = ToolSpec(name=name, description=description, parameters=parameters, namespace=namespace, strict=strict)
+    return echo, spec
 
 
 def _custom(raw: dict[str, Any], param: str, namespace: str | None = None) -> ToolSpec:

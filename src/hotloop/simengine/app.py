@@ -48,6 +48,7 @@ def build_app(engine: Engine) -> Starlette:
         record = current_record.get()
         if record is not None:
             record.reasoning_chars = req.reasoning_sent(body)
+            record.strict = req.strict_of(body)
         limit = req.max_tokens(body)
         tokens = await asyncio.to_thread(engine.chat.tokens, messages)  # a long prompt takes a while
         kwargs = dict(

@@ -89,6 +89,8 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     # `structured_outputs`, SGLang `sampling_params` {json_schema, regex, ebnf, structural_tag}, llama.cpp
     # `json_schema` / `grammar` / `grammar_lazy` / `grammar_triggers` / `preserved_tokens`); null without any.
     constraint: dict[str, Any] | None = None
+    # A chat request's tools that carried `strict`, by name (an engine may hold their arguments to the schema).
+    strict: dict[str, bool] = msgspec.field(default_factory=dict)
 
 
 REQUEST_LOG_ENTRIES = 4096

@@ -30,6 +30,7 @@ class FunctionDef(msgspec.Struct):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
+    strict: bool | None = None
 
 
 class ChatTool(msgspec.Struct):
@@ -241,6 +242,11 @@ def max_tokens(body: ChatBody) -> int | None:
     if value is not None and value < 1:
         raise BadRequest("max_tokens must be at least 1.", param="max_tokens")
     return value
+
+
+def strict_of(body: ChatBody) -> dict[str, bool]:
+    """The `strict` of each chat tool that carries one, by name (GET /stats/requests)."""
+    return {tool.function.name: tool.function.strict for tool in body.tools or [] if tool.function.strict is not None}
 
 
 def tool_specs(body: ChatBody) -> list[ToolSpec]:

@@ -21,6 +21,7 @@ class ToolSpec(msgspec.Struct, frozen=True):
     parameters: dict[str, Any] | None = None
     namespace: str | None = None
     grammar: Grammar | None = None  # a custom tool's `format` grammar: its input must match it
+    strict: bool | None = None  # a function's `strict`, as the request gave it (a chat API's engine may enforce it)
 
     @property
     def prompt_name(self) -> str:

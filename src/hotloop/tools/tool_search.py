@@ -138,7 +138,7 @@ def echo(spec: ToolSpec) -> dict[str, Any]:
             "name": spec.name,
             "description": spec.description,
             "parameters": spec.parameters,
-            "strict": None,
+            "strict": spec.strict,
             "defer_loading": True,
         }
     if spec.kind == "mcp" and spec.namespace:  # an MCP server's tool: its label, as the model calls it

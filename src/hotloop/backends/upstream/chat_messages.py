@@ -161,6 +161,8 @@ def tools(specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
             function["parameters"] = CUSTOM_INPUT
         else:
             function["parameters"] = spec.parameters or {"type": "object", "properties": {}}
+        if spec.strict is not None:  # vLLM holds a strict tool's arguments to its schema (its structural tags)
+            function["strict"] = spec.strict
         out.append({"type": "function", "function": function})
     return out
 
