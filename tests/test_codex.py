@@ -8,7 +8,9 @@ default tool set: function, `namespace` and `web_search` tools; hotloop leaves w
 answers with text. The test checks that they ran (Codex's `command_execution` events, the marker files in its working
 directory, their output in the `function_call_output` items Codex sends back), that every request came over the
 configured transport, and that Codex fetched and accepted hotloop's model catalog (`model_catalog_url`, no
-fallback-metadata warning).
+fallback-metadata warning). Two more runs edit a file through Codex's freeform `apply_patch` (its Lark grammar): on
+hotloop-sim, and through a `tokens` upstream writing harmony (sim-engine as gpt-oss on vLLM's dialect), whose engine
+is held to the grammar.
 docs/protocol-notes.md, "Codex CLI", records what Codex sends.
 """
 
@@ -31,6 +33,8 @@ from hotloop.config import Upstream
 from hotloop.observability.logs import RequestIds
 from hotloop.wire.request import CreateRequest, decode_item
 from metrics_support import Scrape, metrics_url
+from render_support import harmony_tokenizer_file
+from simengine_support import SimEngineProcess
 
 CODEX_DIR = Path(__file__).parent / "codex"
 CODEX_BIN = CODEX_DIR / "node_modules" / ".bin" / "codex"
@@ -42,7 +46,7 @@ COMMANDS = 2  # sim_tool_calls: shell commands before the answer
 # The README's example, with the test server's address and key variable.
 CONFIG = """\
 model_provider = "hotloop"
-model = "hotloop-sim"
+model = "{model}"
 
 [model_providers.hotloop]
 name = "hotloop"
@@ -99,9 +103,12 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[Seen]:
     yield record
 
 
-def run_codex(codex: Path, server: RunningServer, work: Path, home: Path, *, websockets: bool) -> str:
+def run_codex(
+    codex: Path, server: RunningServer, work: Path, home: Path, *, websockets: bool, model: str = "hotloop-sim"
+) -> str:
     """`codex exec` in `work`, where commands run unattended in Codex's sandbox; returns its `--json` event stream."""
-    config = CONFIG.format(base_url=server.base_url, env_key=API_KEY_ENV, websockets=str(websockets).lower())
+    flag = str(websockets).lower()
+    config = CONFIG.format(base_url=server.base_url, env_key=API_KEY_ENV, websockets=flag, model=model)
     (home / "config.toml").write_text(config)
     env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "CODEX_"))}
     env.update({"CODEX_HOME": str(home), API_KEY_ENV: "test-key", "NO_COLOR": "1"})
@@ -288,3 +295,56 @@ def test_models_answers_codex_with_its_catalog(tmp_path: Path) -> None:
     assert entries["smollm2-135m"]["apply_patch_tool_type"] == "freeform"
     assert "apply_patch_tool_type" not in entries["engine"]  # Codex's default: the JSON function
     assert plain.json()["object"] == "list" and "models" not in plain.json()
+
+
+@pytest.mark.timeout(CODEX_TIMEOUT_S + NPM_TIMEOUT_S)
+def test_codex_edits_a_file_through_a_gpt_oss_engine_held_to_the_patch_grammar(
+    codex_bin: Path, seen: Seen, tmp_path: Path
+) -> None:
+    """The same edit through a `tokens` upstream writing harmony (gpt-oss) on vLLM's dialect: the catalog offers the
+    freeform apply_patch because the engine is held to its Lark grammar (a structural tag after the call's header,
+    backends/upstream/constraints.py); sim-engine (told to prefer it) writes the patch under that tag, and Codex
+    applies it."""
+    work, home = tmp_path / "work", tmp_path / "codex_home"
+    work.mkdir()
+    home.mkdir()
+    tokenizer = harmony_tokenizer_file(tmp_path)
+    engine = SimEngineProcess(
+        output_format="harmony", tokenizer=tokenizer, tool_calls=1, prefer_tools="apply_patch", prefill_us_per_token=1
+    ).wait_ready()
+    upstream = Upstream(
+        url=engine.base_url, backend="tokens", dialect="vllm", tokenizer=str(tokenizer), reasoning_parser="harmony"
+    )
+    server = start_server(
+        tmp_path / "data", models=["gpt-oss"], default_model="gpt-oss", upstreams={"gpt-oss": upstream}
+    )
+    try:
+        stdout = run_codex(codex_bin, server, work, home, websockets=True, model="gpt-oss")
+        records = engine.http.get("/stats/requests").json()["requests"]
+    finally:
+        server.stop()
+        engine.stop()
+    assert (work / "hotloop_sim_1.txt").read_text() == "hotloop-sim-1\n", stdout
+    patches = [
+        tool
+        for _, request in seen.requests
+        for tool in request.tools or []
+        if tool.get("type") == "custom" and tool.get("name") == "apply_patch"
+    ]
+    assert patches and patches[0]["format"]["syntax"] == "lark", stdout
+    tags = [
+        json.loads(record["constraint"]["structured_outputs"]["structural_tag"])
+        for record in records
+        if record["constraint"] is not None
+    ]
+    assert tags, records
+    contents = [tag["content"] for found in tags for tag in found["format"]["tags"]]
+    assert {"type": "grammar", "syntax": "lark", "grammar": patches[0]["format"]["definition"]} in contents
+    outputs = [
+        item
+        for _, request in seen.requests
+        for item in input_items(request)
+        if item.get("type") == "custom_tool_call_output"
+    ]
+    assert outputs, stdout
+    assert events_of(stdout)[-1]["type"] == "turn.completed", stdout

@@ -65,6 +65,11 @@ def add_sim_engine_parser(sub: argparse._SubParsersAction[argparse.ArgumentParse
         help="a structural tag's grammar content may be Lark (xgrammar 0.2.9 on); false: refused with a 400, as "
         "vLLM 0.32.0 refuses it",
     )
+    parser.add_argument(
+        "--prefer-tools",
+        default=defaults.prefer_tools,
+        help="comma-separated tool names the model calls before any other when they are offered",
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
 
 

@@ -38,6 +38,8 @@ class EngineSettings(msgspec.Struct, frozen=True, kw_only=True):
     # A structural tag's grammar content may be Lark (`"syntax": "lark"`, xgrammar 0.2.9 on); false: EBNF only, and a
     # Lark one is refused with a 400, as vLLM 0.32.0 (xgrammar 0.2.8) refuses it.
     structural_tag_lark: bool = True
+    # Tool names called before any other when offered (hotloop-sim's `sim_prefer_tools`), comma-separated.
+    prefer_tools: str = ""
 
 
 class Override(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -116,6 +118,7 @@ class Engine:
             parallel_calls=settings.parallel_calls,
             seed=settings.seed,
             reasoning_tokens=settings.reasoning_tokens,
+            prefer=tuple(name for name in settings.prefer_tools.split(",") if name),
         )
         self.sim = SimBackend(sim)  # hotloop-sim's output and tool policy, shared, not copied
         self.stats = Stats()
