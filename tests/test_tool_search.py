@@ -26,6 +26,11 @@ from openai.types.responses import (
 from conftest import RunningServer, stored_counts
 from hotloop.backends.base import GenerationRequest
 from hotloop.backends.sim.backend import SimBackend
+from hotloop.pipeline.mcp.searches import Searches
+from hotloop.pipeline.tools import resolve_tools
+from hotloop.wire.builder import ResponseBuilder
+from hotloop.wire.response import Response
+from hotloop.wire.tool_items import ToolSearchCall
 from http_support import check_sequence, error_of, stream_create
 from openai_types_support import openai_typed
 from websocket_sdk_support import run_turn, ws_client
@@ -207,12 +212,6 @@ def test_max_tool_calls_bounds_the_servers_searches(server: RunningServer, monke
 
 async def test_a_search_past_max_tool_calls_is_not_run() -> None:
     """Two searches in one step with room for one: the second loads nothing and is answered `incomplete`."""
-    from hotloop.pipeline.mcp.searches import Searches
-    from hotloop.pipeline.tools import resolve_tools
-    from hotloop.wire.builder import ResponseBuilder
-    from hotloop.wire.response import Response
-    from hotloop.wire.tool_items import ToolSearchCall
-
     deferred = resolve_tools([SEARCH, *DEFERRED], drop=()).deferred
     builder = ResponseBuilder(Response(id="resp_x", created_at=1, model="hotloop-sim"))
     for number in (1, 2):
