@@ -238,6 +238,12 @@ def test_codex_edits_a_file_through_the_freeform_apply_patch(codex_bin: Path, se
         stdout = run_codex(codex_bin, server, work, home, websockets=True)
     finally:
         server.stop()
+    check_patched(seen, work, stdout)
+
+
+def check_patched(seen: Seen, work: Path, stdout: str) -> dict[str, Any]:
+    """Codex offered `apply_patch` with its Lark grammar, the model's patch made the file, Codex answered the call
+    with a `custom_tool_call_output`, and the turn completed. Returns the offered tool."""
     patches = [
         tool
         for _, request in seen.requests
@@ -254,8 +260,8 @@ def test_codex_edits_a_file_through_the_freeform_apply_patch(codex_bin: Path, se
         if item.get("type") == "custom_tool_call_output"
     ]
     assert outputs, stdout
-    events = events_of(stdout)
-    assert events[-1]["type"] == "turn.completed", stdout
+    assert events_of(stdout)[-1]["type"] == "turn.completed", stdout
+    return patches[0]
 
 
 def test_models_answers_codex_with_its_catalog(tmp_path: Path) -> None:
@@ -324,14 +330,7 @@ def test_codex_edits_a_file_through_a_gpt_oss_engine_held_to_the_patch_grammar(
     finally:
         server.stop()
         engine.stop()
-    assert (work / "hotloop_sim_1.txt").read_text() == "hotloop-sim-1\n", stdout
-    patches = [
-        tool
-        for _, request in seen.requests
-        for tool in request.tools or []
-        if tool.get("type") == "custom" and tool.get("name") == "apply_patch"
-    ]
-    assert patches and patches[0]["format"]["syntax"] == "lark", stdout
+    patch = check_patched(seen, work, stdout)
     tags = [
         json.loads(record["constraint"]["structured_outputs"]["structural_tag"])
         for record in records
@@ -339,12 +338,4 @@ def test_codex_edits_a_file_through_a_gpt_oss_engine_held_to_the_patch_grammar(
     ]
     assert tags, records
     contents = [tag["content"] for found in tags for tag in found["format"]["tags"]]
-    assert {"type": "grammar", "syntax": "lark", "grammar": patches[0]["format"]["definition"]} in contents
-    outputs = [
-        item
-        for _, request in seen.requests
-        for item in input_items(request)
-        if item.get("type") == "custom_tool_call_output"
-    ]
-    assert outputs, stdout
-    assert events_of(stdout)[-1]["type"] == "turn.completed", stdout
+    assert {"type": "grammar", "syntax": "lark", "grammar": patch["format"]["definition"]} in contents
