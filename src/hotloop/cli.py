@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 import msgspec
@@ -11,6 +12,15 @@ import msgspec
 from hotloop.bench.command import add_bench_parser, run_bench
 from hotloop.config import HELP, Settings, load_settings
 from hotloop.simengine.cli import add_sim_engine_parser, run_sim_engine
+from hotloop.transports.doors import is_loopback
+
+log = logging.getLogger("hotloop.serve")
+
+# A server beyond loopback without keys (issue 36): refused unless `allow_unauthenticated`, then this at every start.
+OPEN_WARNING = (
+    "listening on %s without api_keys (allow_unauthenticated): anyone who can reach this address can use this "
+    "server's models, its compute and the MCP servers it allows"
+)
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -63,6 +73,17 @@ def serve(settings: Settings) -> int:
     if settings.workers < 0:
         print("hotloop: workers must be 0 (one per core) or more", file=sys.stderr)
         return 2
+    exposed = unguarded_host(settings)
+    if exposed is not None and not settings.allow_unauthenticated:
+        print(refusal(exposed), file=sys.stderr)
+        return 2
+    if exposed is not None:
+        import logging.config
+
+        from hotloop.observability.logs import logging_config
+
+        logging.config.dictConfig(logging_config(settings))  # the server's own format, before it starts
+        log.warning(OPEN_WARNING, exposed)
     settings = msgspec.structs.replace(settings, workers=settings.resolved_workers())
     if settings.workers > 1:
         from hotloop.transports.workers import run_workers
@@ -76,3 +97,27 @@ def serve(settings: Settings) -> int:
 
     Server(server_config(settings), own_process=True).run()  # graceful shutdown on SIGTERM included
     return 0
+
+
+def unguarded_host(settings: Settings) -> str | None:
+    """The address `hotloop serve` would open to anyone who reaches it, or None: its `host` when that is not a
+    loopback address and no `api_keys` are set (the keys of the file, HOTLOOP_API_KEYS and --api-keys all end up
+    there; `admin_key` guards only the console's numbers). Loopback is what the Host check calls it
+    (transports/doors.py): `localhost`, 127.0.0.0/8 and ::1; 0.0.0.0, ::, a LAN address and any other name are
+    beyond it, whatever they resolve to."""
+    if settings.api_keys or is_loopback(settings.host.strip("[]")):
+        return None
+    return settings.host or "every address"
+
+
+def refusal(host: str) -> str:
+    """Why a server beyond loopback without keys does not start, and the three ways out."""
+    return (
+        f"hotloop: refusing to listen on {host} without API keys: anyone who can reach it could use this server's "
+        "models, its compute and the MCP servers it allows.\n"
+        '  Set keys: api_keys = ["sk-..."] in the --config file, HOTLOOP_API_KEYS=sk-one,sk-two or '
+        "--api-keys sk-one,sk-two (clients then send Authorization: Bearer <key>);\n"
+        "  or listen on loopback only: --host 127.0.0.1;\n"
+        "  or serve without keys anyway (a trusted network, a proxy in front that authenticates): "
+        "allow_unauthenticated = true in the file, HOTLOOP_ALLOW_UNAUTHENTICATED=true or --allow-unauthenticated."
+    )

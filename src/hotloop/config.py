@@ -80,6 +80,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     default_model: str = "smollm2-135m"
     max_body_bytes: int = 16 * MiB
     strict_params: bool = False
+    allow_unauthenticated: bool = False
     sse_done: bool = True
     stream_flush_ms: float = 5.0
     reasoning_events: Literal["openai", "openresponses", "none"] = "openai"
@@ -178,6 +179,9 @@ HELP: dict[str, str] = {
     "requests, besides the server's own; others get 403 (* allows any).",
     "models": "Comma-separated models to serve: smollm2-135m, hotloop-sim, or a name defined in `upstreams`.",
     "default_model": "Model used when a request names none.",
+    "allow_unauthenticated": "Serve without api_keys on an address beyond loopback (0.0.0.0, ::, a LAN address, a "
+    "host name other than localhost): without it such a server refuses to start; with it, it starts and logs a "
+    "warning each time. Loopback needs neither.",
     "max_body_bytes": "Largest HTTP body or WebSocket frame accepted (413 / close 1009 beyond).",
     "strict_params": "Reject unknown request fields with 400 unknown_parameter instead of ignoring them.",
     "sse_done": "End SSE streams with `data: [DONE]`.",
