@@ -200,7 +200,7 @@ def test_codex_exec_runs_the_sims_shell_commands(
         assert replayed and all(item["content"][0]["text"].startswith("Let me think:") for item in replayed), replayed
     assert all(request.model == "hotloop-sim" and request.store is False for _, request in seen.requests)
     # Its default tools, not only functions, were accepted: `web_search` too, which Codex always sends and hotloop
-    # cannot run. It is left out by `drop_tool_types` (default: web_search) and the turn answered normally (above),
+    # cannot run. It is left out by `drop_tool_types` (web_search is a default) and the turn answered normally (above),
     # but not silently: every request that carried it counts on the dropped-tools metric.
     offered = {tool.get("type") for _, request in seen.requests for tool in request.tools or []}
     assert {"function", "namespace", "web_search"} <= offered, offered

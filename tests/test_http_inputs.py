@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import pytest
 from jsonschema import Draft202012Validator
 
-from conftest import RunningServer
+from conftest import RunningServer, start_server
+from hotloop.config import DEFAULT_DROPPED_TOOL_TYPES, Settings
+from hotloop.pipeline.tools import DEFAULT_DROPPED
 from http_support import TIME_TOOL, calls, check_sequence, error_of, output_text, sdk_json, stream_create
 from media_support import png_data_url
+from metrics_support import scrape
 from schema import check_response
+from wsutil import WS
 
 SIM = "hotloop-sim"
 
@@ -249,6 +258,172 @@ def test_web_search_dropped_and_hosted_tools_refused(server: RunningServer) -> N
         for hosted in ({"type": "file_search", "vector_store_ids": ["vs_1"]}, {"type": "code_interpreter"}):
             reply = http.post("/responses", json={"model": SIM, "input": "x", "tools": [chat_shape, hosted]})
             error_of(reply, 400, "unsupported_tool", "tools[1].type")
+
+
+# What unmodified clients send on every request (docs/protocol-notes.md, "What clients send by default"): Codex CLI
+# 0.171.0's web search, Cline 3.0.65's (openai-native) web search and image generation.
+CLIENT_DEFAULTS = [
+    {"type": "web_search", "external_web_access": False},
+    {"type": "web_search"},
+    {"type": "image_generation", "output_format": "png"},
+]
+TIME_ECHO = {**TIME_TOOL, "description": None, "strict": None}
+DROPPED = "hotloop_tools_dropped_total"
+
+
+def test_the_default_drop_list_is_one_list() -> None:
+    assert DEFAULT_DROPPED == DEFAULT_DROPPED_TOOL_TYPES == ("web_search", "image_generation")
+    assert Settings().drop_tool_types == list(DEFAULT_DROPPED_TOOL_TYPES)
+
+
+@pytest.mark.parametrize("hosted", CLIENT_DEFAULTS, ids=lambda tool: "-".join(map(str, tool.values())))
+def test_each_default_dropped_type_is_left_out_and_counted(server: RunningServer, hosted: dict[str, Any]) -> None:
+    """protocol.md §1.4: a hosted tool a client always sends is neither offered nor echoed, and counted per turn."""
+    kind = hosted["type"]
+    before = scrape(server).value(DROPPED, type=kind)
+    response = create(server, input="x", tools=[hosted, TIME_TOOL], tool_choice="required")
+    assert response["tools"] == [TIME_ECHO]
+    [call] = calls(response)
+    assert call["name"] == "get_time"
+    alone = create(server, input="x", tools=[hosted])
+    assert alone["tools"] == [] and calls(alone) == [] and output_text(alone)
+    assert scrape(server).value(DROPPED, type=kind) == before + 2
+
+
+def test_clines_hosted_tools_together_are_left_out(server: RunningServer) -> None:
+    """Cline's two hosted tools in one request, before its functions: both dropped, each counted once."""
+    kinds = ("web_search", "image_generation")
+    before = {kind: scrape(server).value(DROPPED, type=kind) for kind in kinds}
+    include = ["web_search_call.action.sources"]  # which Cline asks for beside its web search
+    response = create(server, input="x", tools=[*CLIENT_DEFAULTS[1:], TIME_TOOL], include=include)
+    assert response["tools"] == [TIME_ECHO] and response["status"] == "completed"
+    assert {kind: scrape(server).value(DROPPED, type=kind) - before[kind] for kind in kinds} == dict.fromkeys(kinds, 1)
+
+
+REQUIRED_NOT_RUN = [
+    ({"type": "image_generation"}, "tool_choice.type", "image_generation"),
+    ({"type": "web_search"}, "tool_choice.type", "web_search"),
+    ({"type": "web_search_preview"}, "tool_choice.type", "web_search_preview"),
+    ({"type": "code_interpreter"}, "tool_choice.type", "code_interpreter"),
+    ({"type": "file_search"}, "tool_choice.type", "file_search"),
+    (
+        {"type": "allowed_tools", "mode": "required", "tools": [{"type": "image_generation"}]},
+        "tool_choice.tools[0].type",
+        "image_generation",
+    ),
+    (
+        {"type": "allowed_tools", "mode": "required", "tools": [{"name": "nope"}, {"type": "web_search"}]},
+        "tool_choice.tools[1].type",
+        "web_search",
+    ),
+]
+
+
+@pytest.mark.parametrize(("choice", "param", "kind"), REQUIRED_NOT_RUN, ids=lambda value: str(value)[:40])
+def test_a_tool_choice_requiring_a_dropped_or_hosted_type_is_refused(
+    server: RunningServer, choice: dict[str, Any], param: str, kind: str
+) -> None:
+    """Dropping spares a client that always sends the tool; a request that requires it is refused by name, as the
+    tool itself would be (400 unsupported_tool, the param named), and nothing is counted as dropped."""
+    tools = [{"type": "image_generation", "output_format": "png"}, {"type": "web_search"}, TIME_TOOL]
+    before = scrape(server).value(DROPPED, type="image_generation")
+    with server.http() as http:
+        reply = http.post("/responses", json={"model": SIM, "input": "x", "tools": tools, "tool_choice": choice})
+    error = error_of(reply, 400, "unsupported_tool", param)
+    assert error["message"] == (
+        f"Tool type '{kind}' is not supported: it is a tool OpenAI runs on its own servers, and this server does "
+        "not run it."
+    )
+    assert scrape(server).value(DROPPED, type="image_generation") == before
+
+
+def test_allowed_tools_naming_a_dropped_type_beside_an_offered_one(server: RunningServer) -> None:
+    """`allowed_tools` that also allows an offered tool asks for nothing the server cannot do: `required` calls the
+    offered one, `auto` with only the dropped type allows no tool and answers in text."""
+    body = {"model": SIM, "input": "x", "tools": [{"type": "image_generation"}, TIME_TOOL]}
+    allowed = [{"type": "image_generation"}, {"type": "function", "name": "get_time"}]
+    required = {"type": "allowed_tools", "mode": "required", "tools": allowed}
+    auto = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "image_generation"}]}
+    with server.http() as http:  # raw: Open Responses' schema has no hosted type in an echoed `allowed_tools`
+        called = http.post("/responses", json={**body, "tool_choice": required})
+        answered = http.post("/responses", json={**body, "tool_choice": auto})
+    assert called.status_code == answered.status_code == 200, (called.text, answered.text)
+    [call] = calls(called.json())
+    assert call["name"] == "get_time"
+    assert calls(answered.json()) == [] and output_text(answered.json())
+
+
+@pytest.mark.parametrize(
+    ("tool", "why"),
+    [
+        ({"type": "web_search_preview"}, "it is a tool OpenAI runs on its own servers"),
+        ({"type": "web_search_2025_08_26"}, "it is a tool OpenAI runs on its own servers"),
+        ({"type": "code_interpreter", "container": {"type": "auto"}}, "it is a tool OpenAI runs on its own servers"),
+        ({"type": "programmatic_tool_calling"}, "it is a tool OpenAI runs on its own servers"),
+        ({"type": "teleport"}, "this server does not know it"),
+    ],
+    ids=lambda value: value["type"] if isinstance(value, dict) else "",
+)
+def test_a_type_not_in_the_drop_list_is_still_refused(server: RunningServer, tool: dict[str, Any], why: str) -> None:
+    """Only the exact types of `drop_tool_types` are dropped: a preview variant of web search is refused by name."""
+    with server.http() as http:
+        reply = http.post("/responses", json={"model": SIM, "input": "x", "tools": [TIME_TOOL, tool]})
+    error = error_of(reply, 400, "unsupported_tool", "tools[1].type")
+    assert error["message"].startswith(f"Tool type '{tool['type']}' is not supported: {why}")
+
+
+@contextmanager
+def turn_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """hotloop.turn's INFO lines. The `hotloop` logger does not propagate to the root, where caplog listens, and a
+    server's start resets its child loggers (observability/logs.py, dictConfig): so caplog's handler is put on
+    hotloop.turn itself, once the server runs."""
+    logger = logging.getLogger("hotloop.turn")
+    level = logger.level
+    logger.addHandler(caplog.handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield caplog
+    finally:
+        logger.removeHandler(caplog.handler)
+        logger.setLevel(level)
+
+
+BOTH = "image_generation, web_search"
+WHY = "(setting drop_tool_types; logged once per connection)"
+
+
+def drop_lines(log: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in log.records if record.getMessage().startswith("left out tools")]
+
+
+def test_a_drop_is_logged_once_per_connection_and_per_key_over_http(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every turn counts its dropped tools, but a client that sends them on every request logs one line: once per
+    WebSocket connection, and over HTTP (a Session per request) once per key and set of types in the process. Its
+    own server and keys, since what HTTP callers were told is remembered for the whole process."""
+    keys = ("log-once-key-a", "log-once-key-b")
+    running = start_server(tmp_path, models=["hotloop-sim"], api_keys=list(keys))
+    body = {"model": SIM, "input": "x", "tools": [*CLIENT_DEFAULTS[1:], TIME_TOOL], "metadata": {"sim_tool_calls": "0"}}
+    try:
+        with turn_log(caplog) as log:
+            for key in (keys[0], keys[0], keys[0], keys[1]):
+                with running.http(key) as http:
+                    assert http.post("/responses", json=body).status_code == 200
+            with running.http(keys[0]) as http:  # another set of types is another line
+                assert http.post("/responses", json={**body, "tools": [{"type": "web_search"}]}).status_code == 200
+            assert drop_lines(log) == [f"left out tools of types {kinds} {WHY}" for kinds in (BOTH, BOTH, "web_search")]
+            log.clear()
+            for _ in range(2):  # two connections of the same key, three turns each: a line per connection
+                with WS(running.ws_url, api_key=keys[0]) as ws:
+                    for _ in range(3):
+                        assert ws.turn(**body)[-1]["type"] == "response.completed"
+            assert drop_lines(log) == [f"left out tools of types {BOTH} {WHY}"] * 2
+        dropped = scrape(running)
+    finally:
+        running.stop()
+    assert dropped.value(DROPPED, type="image_generation") == 4 + 6  # counted every turn all the same
+    assert dropped.value(DROPPED, type="web_search") == 5 + 6
 
 
 def test_generate_false_warmup(server: RunningServer) -> None:

@@ -13,6 +13,12 @@ import platformdirs
 
 MiB = 1024 * 1024
 
+# What `drop_tool_types` defaults to: the hosted tool types unmodified clients send on every request, whatever the
+# task, and that nothing a server can say stops (protocol.md §1.4; docs/protocol-notes.md, "What clients send by
+# default"): Codex CLI's `web_search`; Cline's `web_search` and `image_generation` (openai-native provider).
+# Kept here, at the bottom of the house, so that pipeline/tools.py reads the same tuple.
+DEFAULT_DROPPED_TOOL_TYPES = ("web_search", "image_generation")
+
 
 class Upstream(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A served model that another engine runs (docs/backends.md): one `[upstreams.<name>]` table."""
@@ -74,13 +80,13 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     retention_max_bytes: int = 0
     workers: int = 0
     api_keys: list[str] = msgspec.field(default_factory=list)
+    allow_unauthenticated: bool = False
     allowed_hosts: list[str] = msgspec.field(default_factory=list)
     allowed_origins: list[str] = msgspec.field(default_factory=list)
     models: list[str] = msgspec.field(default_factory=lambda: ["smollm2-135m", "hotloop-sim"])
     default_model: str = "smollm2-135m"
     max_body_bytes: int = 16 * MiB
     strict_params: bool = False
-    allow_unauthenticated: bool = False
     sse_done: bool = True
     stream_flush_ms: float = 5.0
     reasoning_events: Literal["openai", "openresponses", "none"] = "openai"
@@ -138,9 +144,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     mcp_session_idle_s: float = 300.0
     mcp_max_calls: int = 64
     mcp_client: Literal["lean", "sdk"] = "lean"
-    # Tool types left out of a request instead of refused (protocol.md §1.4): unmodified Codex always sends
-    # `web_search`, which this server does not run, and no catalog field stops it.
-    drop_tool_types: list[str] = msgspec.field(default_factory=lambda: ["web_search"])
+    # Tool types left out of a request instead of refused (protocol.md §1.4): hosted tools this server does not run
+    # that unmodified clients always send (DEFAULT_DROPPED_TOOL_TYPES).
+    drop_tool_types: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_DROPPED_TOOL_TYPES))
 
     def resolved_workers(self) -> int:
         """`workers`, with 0 read as one per core this process may run on."""
@@ -173,15 +179,15 @@ HELP: dict[str, str] = {
     "process); they share the store and the "
     "data_dir secret (each has its own caches and metrics).",
     "api_keys": "Comma-separated API keys; empty accepts any credential or none.",
+    "allow_unauthenticated": "Serve without api_keys on an address beyond loopback (0.0.0.0, ::, a LAN address, a "
+    "host name other than localhost): without it such a server refuses to start; with it, it starts and logs a "
+    "warning each time. Loopback needs neither.",
     "allowed_hosts": "While bound to a loopback address: Host names (name or name:port) answered besides localhost, "
     "127.0.0.1, [::1] and the bind address; others get 421 (* allows any).",
     "allowed_origins": "Origins (scheme://host:port) whose pages may open a WebSocket or send state-changing "
     "requests, besides the server's own; others get 403 (* allows any).",
     "models": "Comma-separated models to serve: smollm2-135m, hotloop-sim, or a name defined in `upstreams`.",
     "default_model": "Model used when a request names none.",
-    "allow_unauthenticated": "Serve without api_keys on an address beyond loopback (0.0.0.0, ::, a LAN address, a "
-    "host name other than localhost): without it such a server refuses to start; with it, it starts and logs a "
-    "warning each time. Loopback needs neither.",
     "max_body_bytes": "Largest HTTP body or WebSocket frame accepted (413 / close 1009 beyond).",
     "strict_params": "Reject unknown request fields with 400 unknown_parameter instead of ignoring them.",
     "sse_done": "End SSE streams with `data: [DONE]`.",
@@ -253,8 +259,9 @@ HELP: dict[str, str] = {
     "mcp_call_timeout_s": "Longest an MCP tool call may take; then the model sees it failed.",
     "mcp_list_timeout_s": "Longest listing an MCP server's tools may take; then the create fails with 424.",
     "drop_tool_types": "Tool types a request may send that are left out instead of refused with 400 "
-    "unsupported_tool (default: web_search, which Codex always sends); each drop is logged and counted in "
-    "hotloop_tools_dropped_total.",
+    "unsupported_tool (default: web_search, which Codex and Cline always send, and image_generation, which Cline "
+    "always sends); a tool_choice naming one is still refused. Drops are logged once per connection (HTTP: per "
+    "key and set of types) and counted per turn in hotloop_tools_dropped_total.",
     "mcp_max_output_bytes": "An MCP tool's output beyond this many bytes is cut, with a note saying so.",
     "mcp_session_idle_s": "An MCP session unused this long is closed.",
     "mcp_max_calls": "Most MCP calls and server-run tool searches in one response when the request sets no "

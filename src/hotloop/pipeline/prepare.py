@@ -71,7 +71,6 @@ async def start_turn(
             tools = _resolved(request, service)
             if tools.grammars:
                 await check_grammars(tools.grammars)
-        _count_dropped(tools, service)
         where = endpoints(tools, service.settings) if tools.mcp else {}
         prior.check(fresh)
         call_ids = check_new_items(fresh, prior.call_ids, service.secret, offset=prior.skip)
@@ -90,6 +89,7 @@ async def start_turn(
             service.mcp.warm(session.owner, endpoint)
     with timings.stage("validate"):
         choice = resolve_tool_choice(request.tool_choice, tools)
+        _dropped(tools, service, session)  # after the choice: one that requires a dropped type refuses the request
     # Rendered before the safety scan: a prompt too long for the window is refused from its length (`token_floor`)
     # or once the tokenizer (off the event loop, GIL released) has counted it, before regexes run over megabytes
     # of it on the GIL.
@@ -152,16 +152,21 @@ def _compaction(request: CreateRequest, model: Model, prompt: Prompt, inputs: In
 
 def _resolved(request: CreateRequest, service: Service) -> ToolSet:
     """The request's tools, validated: once per chain (or resent history), again only when a request changes them
-    (`Prior.tools`). A tool left out by `drop_tool_types` is logged here, and counted every turn."""
-    tools = resolve_tools(request.tools, service.settings.drop_tool_types)
-    if tools.dropped:
-        log.info("left out tools of types %s (setting drop_tool_types)", ", ".join(tools.dropped))
-    return tools
+    (`Prior.tools`). A tool left out by `drop_tool_types` is in `ToolSet.dropped` (`_dropped`)."""
+    return resolve_tools(request.tools, service.settings.drop_tool_types)
 
 
-def _count_dropped(tools: ToolSet, service: Service) -> None:
+def _dropped(tools: ToolSet, service: Service, session: Session) -> None:
+    """Tools `drop_tool_types` left out: counted every turn; logged once per WebSocket connection, and for HTTP
+    once per key and set of types in this process (`Session.first_notice`). A client that always sends them (Codex,
+    Cline) would otherwise log the same line on every turn, or on every request over HTTP."""
+    if not tools.dropped:
+        return
     for kind in tools.dropped:
         service.metrics.tools_dropped.labels(kind).inc()
+    kinds = tuple(sorted(set(tools.dropped)))
+    if session.first_notice(("drop_tool_types", kinds)):
+        log.info("left out tools of types %s (setting drop_tool_types; logged once per connection)", ", ".join(kinds))
 
 
 def _searches(tools: ToolSet) -> bool:

@@ -8,15 +8,15 @@ from typing import Any
 import msgspec
 
 from hotloop.chat.specs import ToolSpec
+from hotloop.config import DEFAULT_DROPPED_TOOL_TYPES
 from hotloop.errors import InvalidParam
 from hotloop.pipeline.mcp.declare import Declared, declare
 from hotloop.tools.grammar import Grammar, declared
 from hotloop.tools.registry import BY_TYPE, HOSTED_TYPES, SEARCH_KINDS
 from hotloop.wire.items import McpListTools
 
-# What `drop_tool_types` defaults to: unmodified Codex always sends `web_search`, and nothing a server can say
-# keeps it from doing so (protocol.md §1.4).
-DEFAULT_DROPPED = ("web_search",)
+# What `drop_tool_types` defaults to (config.py): the hosted types unmodified clients always send (protocol.md §1.4).
+DEFAULT_DROPPED = DEFAULT_DROPPED_TOOL_TYPES
 
 
 class ToolSet(msgspec.Struct, frozen=True):
@@ -182,12 +182,24 @@ def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFA
 
 
 def unsupported(kind: str, param: str) -> InvalidParam:
+    """The refusal of a tool type this server does not run, naming `{param}.type` (a tool or a `tool_choice`)."""
     why = (
         "it is a tool OpenAI runs on its own servers, and this server does not run it"
-        if kind in HOSTED_TYPES or kind.startswith("web_search")
+        if _hosted(kind)
         else "this server does not know it"
     )
     return InvalidParam(f"Tool type '{kind}' is not supported: {why}.", param=f"{param}.type", code="unsupported_tool")
+
+
+def _hosted(kind: str) -> bool:
+    return kind in HOSTED_TYPES or kind.startswith("web_search")
+
+
+def _not_run(kind: object, tools: ToolSet) -> bool:
+    """Whether a `tool_choice` names a type this server does not run: one `drop_tool_types` left out of this
+    request, or any hosted type. Dropping spares a client that always sends the tool; a request that requires it
+    needs what the server cannot do, so it is refused by name as the tool itself would be."""
+    return isinstance(kind, str) and (kind in tools.dropped or _hosted(kind))
 
 
 def check_unique(specs: list[ToolSpec] | tuple[ToolSpec, ...]) -> None:
@@ -244,9 +256,23 @@ def resolve_tool_choice(choice: str | dict[str, Any] | None, tools: ToolSet) -> 
             raise InvalidParam("allowed_tools needs mode 'auto'|'required' and a tools list.", param="tool_choice")
         kept = tuple(spec for spec in tools.specs if any(_names(entry, spec) for entry in allowed))
         if mode == "required" and not kept:
-            raise InvalidParam("allowed_tools names no declared tool.", param="tool_choice.tools")
+            raise _required_not_run(allowed, tools) or InvalidParam(
+                "allowed_tools names no declared tool.", param="tool_choice.tools"
+            )
         return ToolChoice(choice, ToolSet(echo=tools.echo, specs=kept), mode)
+    if _not_run(kind, tools):
+        raise unsupported(str(kind), "tool_choice")
     raise InvalidParam(f"Unsupported tool_choice type '{kind}'.", param="tool_choice.type")
+
+
+def _required_not_run(allowed: list[Any], tools: ToolSet) -> InvalidParam | None:
+    """`allowed_tools` in `required` mode that allows no offered tool: the refusal of the first type it names that
+    this server does not run, if it names one (it asked for that tool); else None."""
+    for index, entry in enumerate(allowed):
+        kind = entry.get("type") if isinstance(entry, dict) else None
+        if _not_run(kind, tools):
+            return unsupported(str(kind), f"tool_choice.tools[{index}]")
+    return None
 
 
 def _same_kind(declared: str, kind: str) -> bool:

@@ -32,8 +32,8 @@ BY_ITEM: dict[type[Any], ClientTool] = {cls: tool for tool in CLIENT_TOOLS for c
 TYPED_ITEM_TYPES = frozenset(BY_ITEM)
 
 # Tool types a client may send that this server does not run (protocol.md §1.4): refused by name. `web_search` is
-# among them, unless the `drop_tool_types` setting (default: web_search, which unmodified Codex always sends)
-# drops it, logged and counted.
+# among them, unless the `drop_tool_types` setting (default: web_search and image_generation, which unmodified Codex
+# and Cline always send: config.DEFAULT_DROPPED_TOOL_TYPES) drops it, logged and counted.
 HOSTED_TYPES = frozenset(
     {
         "file_search",

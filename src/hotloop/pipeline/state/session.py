@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Hashable
 
 from hotloop.pipeline.state.context import ChainState
@@ -13,6 +14,32 @@ from hotloop.pipeline.state.state_lru import StateLRU
 
 Lane = str | None  # None is the default lane
 _SESSION_IDS = itertools.count()
+# How many once-only log lines (`Session.first_notice`) a connection, and this process's HTTP requests together,
+# remember; past that the oldest is forgotten, and logged again the next time it happens.
+CONNECTION_NOTICES = 64
+HTTP_NOTICES = 4096
+
+
+class Notices:
+    """What was logged once already: a bounded set, the oldest forgotten first."""
+
+    def __init__(self, limit: int) -> None:
+        self._seen: OrderedDict[Hashable, None] = OrderedDict()
+        self._limit = limit
+
+    def first(self, key: Hashable) -> bool:
+        """Whether `key` is new here; it is remembered from now on."""
+        if key in self._seen:
+            return False
+        self._seen[key] = None
+        if len(self._seen) > self._limit:
+            self._seen.popitem(last=False)
+        return True
+
+
+# An HTTP request is a Session of its own, so what HTTP callers were told is kept per process, by owner (the key's
+# hash): one line per key and notice, not one per request. A connection keeps its own (`Session._notices`).
+_HTTP_NOTICES = Notices(HTTP_NOTICES)
 
 
 def owner_of(api_key: str | None, keys_configured: bool) -> str:
@@ -37,6 +64,14 @@ class Session:
         self._lanes: dict[Lane, ChainState] = {}
         self._budget = budget if caching else None
         self._id = next(_SESSION_IDS)
+        self._notices = Notices(CONNECTION_NOTICES) if caching else None
+
+    def first_notice(self, key: Hashable) -> bool:
+        """Whether a line worth logging once (the tool types `drop_tool_types` left out: pipeline/prepare.py) is new:
+        to this WebSocket connection, or, for an HTTP request, to this process for the same owner."""
+        if self._notices is not None:
+            return self._notices.first(key)
+        return _HTTP_NOTICES.first((self.owner, key))
 
     def cached(self, response_id: str) -> ChainState | None:
         """A lane's latest response by id, from any lane (a fork, §3.5)."""
