@@ -122,6 +122,24 @@ def test_smollm2_writes_codex_patches_its_grammar_accepts_with_tool_choice_auto(
         assert call.status == "completed" and patch_ok(call.input), call
 
 
+def test_a_forced_call_cut_short_comes_back_as_an_incomplete_call_never_as_text(client: openai.OpenAI) -> None:
+    """Issue 36: SmolLM2 forced to call a Lark-grammar tool, the budget running out inside the patch, came back as a
+    message whose text was the call's JSON. Now: the call with the input written so far, `incomplete`."""
+    response = client.responses.create(
+        model="smollm2-135m",
+        input="Create notes.md with ten lines of text.",
+        tools=[lark_tool("edit")],  # type: ignore[list-item]
+        tool_choice={"type": "custom", "name": "edit"},
+        max_output_tokens=24,
+    )
+    assert response.status == "incomplete" and response.incomplete_details is not None
+    assert response.incomplete_details.reason == "max_output_tokens"
+    assert [item.type for item in response.output] == ["custom_tool_call"], response.output
+    call = response.output[0]
+    assert call.type == "custom_tool_call" and call.name == "edit" and call.status == "incomplete"  # type: ignore[union-attr]
+    assert call.input.startswith("*** Begin Patch\n") and '"name"' not in call.input
+
+
 # A recursive chain of ~2,900 rules (under the size cap): its compile overflows an 8 MB stack (tests/test_grammars.py).
 DEEP = 2900
 DEEP_LOOP = "start: r0\n" + "".join(f'r{i}: "x" r{i + 1} | "y"\n' for i in range(DEEP)) + f'r{DEEP}: "z" r0 | "z"\n'

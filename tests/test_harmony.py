@@ -132,6 +132,18 @@ def test_the_answer_a_preamble_and_what_is_not_a_call() -> None:
 
 
 @pytest.mark.fast
+def test_a_call_the_length_limit_cut_ends_incomplete() -> None:
+    """An engine leaves the `<|call|>` out of its text, so a call's body ends at the stream's end either way: the
+    finish reason tells a whole call (stop) from one cut short (length), which ends incomplete, never as text."""
+    body = '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Os'
+    for cut in (False, True):
+        parser = HarmonyParser(ToolCalls((GET_WEATHER, PATCH), True))
+        deltas = parser.feed(body) + parser.finish(cut=cut)
+        assert deltas[0] == ToolCallStart("get_weather", "function", None)
+        assert deltas[-1] == ToolCallEnd(incomplete=cut)
+
+
+@pytest.mark.fast
 def test_the_prompt_is_harmony_with_the_tools_as_typescript(fmt: ChatFormat) -> None:
     user = Message(role="user", content=[InputText(text="Weather in Oslo?")], id="msg_1", status="completed")
     thought = Reasoning(summary=[], id="rs_1", content=[ReasoningText(text="Need the tool.")])

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from conftest import RunningServer, start_server
-from hotloop.backends.base import GenerationRequest
+from hotloop.backends.base import GenerationRequest, ToolCallDelta, ToolCallEnd, ToolCallStart
 from hotloop.backends.upstream import chat_messages
 from hotloop.chat.specs import ToolSpec
 from hotloop.config import Settings, Upstream, load_settings
@@ -171,6 +171,26 @@ def test_custom_tools_go_as_functions_and_come_back_as_custom_calls(http: httpx.
     made = [item for item in reply.json()["output"] if item["type"] == "custom_tool_call"]
     assert reply.status_code == 200 and len(made) == 2 and made[0]["name"] == "apply_patch"
     assert isinstance(made[0]["input"], str) and not made[0]["input"].startswith("{")  # unwrapped from {"input"}
+
+
+def test_a_call_the_length_limit_cuts_is_an_incomplete_call() -> None:
+    """The engine's stream ends `length` inside a custom call: the call ends incomplete, with its input as far as it
+    was written (never the `{"input": …` JSON it was offered as); a call the stream finished is whole."""
+    from hotloop.backends.upstream.chat import _StreamReader
+
+    def chunk(arguments: str, finish: str | None) -> bytes:
+        call = {"index": 0, "id": "c1", "function": {"name": "apply_patch", "arguments": arguments}}
+        return json.dumps({"choices": [{"delta": {"tool_calls": [call]}, "finish_reason": finish}]}).encode()
+
+    for finish, rest, incomplete in (("length", "ne", True), ("tool_calls", 'ne"}', False)):
+        reader = _StreamReader({"apply_patch": ToolSpec("apply_patch", kind="custom")})
+        started = reader.feed([chunk('{"input": "*** Begin Patch\\n+o', None), chunk(rest, finish)])
+        deltas = [*started, *reader.end()]
+        assert deltas[:3] == [
+            ToolCallStart("apply_patch", "custom", None),
+            ToolCallDelta("*** Begin Patch\n+one"),
+            ToolCallEnd(incomplete=incomplete),
+        ]
 
 
 def test_no_retry_after_the_first_token(http: httpx.Client, engine: SimEngineProcess) -> None:

@@ -345,14 +345,19 @@ def test_streamed_calls_carry_the_same_payload_as_held_ones(size: int) -> None:
 
 def test_a_streamed_call_cut_short_ends_with_what_was_written() -> None:
     deltas = _flat(_run("hermes", ['<tool_call>{"name": "get_weather", "arguments": {"city": "Os']))
-    assert deltas == [ToolCallStart("get_weather"), ToolCallDelta('{"city": "Os'), ToolCallEnd()]
+    assert deltas == [ToolCallStart("get_weather"), ToolCallDelta('{"city": "Os'), ToolCallEnd(incomplete=True)]
 
 
 def test_hermes_parser_releases_bad_blocks_as_text_and_reads_bare_json() -> None:
     unknown = _flat(_run("hermes", ['<tool_call>{"name": "nope", "arguments": {}}</tool_call>']))
     assert unknown == [TextDelta('<tool_call>{"name": "nope", "arguments": {}}</tool_call>')]
-    broken = _flat(_run("hermes", ['<tool_call>{"name": "get_wea']))  # cut by the length limit
+    broken = _flat(_run("hermes", ['<tool_call>{"name": "get_wea']))  # stopped inside the name, not cut
     assert broken == [TextDelta('<tool_call>{"name": "get_wea')]
+    parser = make_parser("hermes", TOOLS, True)
+    cut = parser.feed('<tool_call>{"name": "get_wea') + parser.finish(cut=True)  # cut by the length limit
+    assert cut == [ToolCallStart("get_weather"), ToolCallDelta(""), ToolCallEnd(incomplete=True)]
+    malformed = _flat(_run("hermes", ['<tool_call>{"name": "get_weather", "arguments": 7}</tool_call>']))
+    assert malformed == [ToolCallStart("get_weather"), ToolCallDelta("7"), ToolCallEnd(incomplete=True)]
     unclosed = _flat(_run("hermes", ['<tool_call>{"name": "get_weather", "arguments": {}}']))  # a stop token
     assert unclosed == [ToolCallStart("get_weather"), ToolCallDelta("{}"), ToolCallEnd()]
     bare = _flat(_run("hermes", [' [{"name": "get_weather", "arguments": {"city": "A"}},', ' {"name": "patch"}]']))

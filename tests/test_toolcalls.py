@@ -63,14 +63,61 @@ def test_parallel_calls_and_their_limit() -> None:
     assert sum(isinstance(delta, ToolCallStart) for delta in one) == 1
 
 
-def test_malformed_or_unknown_call_is_plain_text() -> None:
+def test_unknown_call_or_not_json_is_plain_text() -> None:
     for text in [
-        '<tool_call>{"name": "get_weather", "arguments": {',
+        '<tool_call>{"name": "nope", "arguments": {',
         '{"name": "nope", "arguments": {}}',
+        '{"name": "get_wea", "arguments": {}}',  # a name that is only the start of a tool's, though not cut
         "{not json",
     ]:
         out = run(ToolCallParser([WEATHER], parallel=True), [text])
         assert out == [TextDelta(text)], text
+
+
+def finished(parser: ToolCallParser, text: str, cut: bool) -> list[object]:
+    return parser.feed(text) + parser.finish(cut=cut)
+
+
+def test_a_call_cut_short_is_an_incomplete_call_never_text() -> None:
+    """Issue 36: a forced custom call the length limit cut short came back as a message holding the call's JSON."""
+    patch = '{"name": "apply_patch", "input": "*** Begin Patch\\n*** Add File: a.txt\\n+one\\n+tw'
+    assert finished(ToolCallParser([PATCH, WEATHER], parallel=True), patch, cut=True) == [
+        ToolCallStart("apply_patch", "custom", None),
+        ToolCallDelta("*** Begin Patch\n*** Add File: a.txt\n+one\n+tw"),
+        ToolCallEnd(incomplete=True),
+    ]
+    weather = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Os'
+    assert finished(ToolCallParser([WEATHER], parallel=True), weather, cut=True) == [
+        ToolCallStart("get_weather", "function", None),
+        ToolCallDelta('{"city": "Os'),
+        ToolCallEnd(incomplete=True),
+    ]
+    # Cut inside the name: the one offered tool whose name it starts; before the payload: an empty one.
+    assert finished(ToolCallParser([PATCH, WEATHER], parallel=True), '{"name": "get_w', cut=True)[:2] == [
+        ToolCallStart("get_weather", "function", None),
+        ToolCallDelta(""),
+    ]
+    assert finished(ToolCallParser([PATCH, WEATHER], parallel=True), '{"name": "', cut=True) == [
+        TextDelta('{"name": "')
+    ]
+
+
+def test_a_malformed_call_to_an_offered_tool_is_incomplete() -> None:
+    """A stop inside the call, or JSON that does not parse: the call with what was written, incomplete."""
+    text = '<tool_call>{"name": "get_weather", "arguments": {"city": }}</tool_call>'
+    out = finished(ToolCallParser([WEATHER], parallel=True), text, cut=False)
+    assert out == [ToolCallStart("get_weather", "function", None), ToolCallDelta('{"city": }'), ToolCallEnd(True)]
+
+
+def test_whole_calls_before_a_cut_one_stay_whole() -> None:
+    text = (
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "A"}}</tool_call>\n'
+        '<tool_call>{"name": "get_weather", "arguments": {"city": "B'
+    )
+    out = finished(ToolCallParser([WEATHER], parallel=True), text, cut=True)
+    assert [delta for delta in out if isinstance(delta, ToolCallEnd)] == [ToolCallEnd(), ToolCallEnd(incomplete=True)]
+    one = finished(ToolCallParser([WEATHER], parallel=False), text, cut=True)
+    assert [delta for delta in one if isinstance(delta, ToolCallEnd)] == [ToolCallEnd()]  # the first call only
 
 
 def test_custom_tool_input() -> None:

@@ -73,7 +73,10 @@ class ToolCallDelta(msgspec.Struct):
 
 
 class ToolCallEnd(msgspec.Struct):
-    pass
+    """The open call is written. `incomplete`: it was cut short (the length limit, a stop inside it) or does not
+    parse; it then ends as a call item with `status: "incomplete"`, never as its syntax in a message (§2.5)."""
+
+    incomplete: bool = False
 
 
 class Finished(msgspec.Struct):

@@ -197,5 +197,5 @@ def feed_delta(builder: ResponseBuilder, delta: Any) -> list[Event]:
     if isinstance(delta, ToolCallDelta):
         return builder.tool_call_delta(delta.text)
     if isinstance(delta, ToolCallEnd):
-        return builder.tool_call_end()
+        return builder.tool_call_end(delta.incomplete)
     return []

@@ -231,8 +231,8 @@ class ResponseBuilder(McpBuilder):
             self._check.feed(text)
         return [self._emit(_CALL_DELTAS[type(item)], item_id=item.id, output_index=self._index, delta=text)]
 
-    def tool_call_end(self) -> list[Event]:
-        return self._close_item("completed")
+    def tool_call_end(self, incomplete: bool = False) -> list[Event]:
+        return self._close_item("incomplete" if incomplete else "completed")
 
     # -- closing ---------------------------------------------------------------------------------------------------
 

@@ -289,7 +289,7 @@ class LlamaBackend:
                     yield delta
             if "reason" not in result:
                 raise RuntimeError("generation was stopped")
-            for delta in parser.finish():
+            for delta in parser.finish(cut=result["reason"] == "length"):
                 yield delta
             yield Finished(reason=result["reason"], output_tokens=result["count"], cached_tokens=result["cached"])
         finally:

@@ -108,17 +108,19 @@ class HarmonyParser:
         else:
             out.append(TextDelta(text))
 
-    def _close(self, out: list[Delta]) -> None:
+    def _close(self, out: list[Delta], cut: bool = False) -> None:
         if self.kind == "call":
-            out.append(ToolCallEnd())
+            out.append(ToolCallEnd(incomplete=cut))
         self.state, self.kind = "header", "text"
 
-    def finish(self) -> list[Delta]:
+    def finish(self, cut: bool = False) -> list[Delta]:
+        """`cut`: the length limit stopped the output, so a call still open is incomplete (an engine leaves the
+        `<|call|>` that ends a whole one out, so its absence alone says nothing)."""
         out: list[Delta] = []
         rest, self.buffer = self.buffer, ""
         if self.state == "body":  # the engine stopped without the terminator (it leaves the stop token out)
             self._emit(rest, out)
-            self._close(out)
+            self._close(out, cut)
         elif self.state == "plain" or (rest.strip() and not self.started and not any(m in rest for m in MARKERS)):
             out.append(TextDelta(rest))
         return out

@@ -9,8 +9,9 @@
 - `json`: the whole output is one call or a JSON list of calls; other text streams through.
 - `none`: everything is text.
 
-A held block that does not parse, or names a tool that was not offered, is released as text: never an error. A
-streamed call cut short (the length limit, a block closed early) ends with the arguments written so far.
+A held block that names a tool that was not offered is released as text: never an error. A call to an offered tool
+cut short (the length limit, a block closed early) or that does not parse ends with the arguments written so far,
+`incomplete` (toolcalls/text.py `ToolCalls.unfinished`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ from hotloop.chat.specs import ToolSpec
 class ToolParser(Protocol):
     def feed(self, text: str) -> list[Delta]: ...
 
-    def finish(self) -> list[Delta]: ...
+    def finish(self, cut: bool = False) -> list[Delta]:
+        """The deltas the end of the output releases; `cut`: the length limit stopped it (a call open then is
+        incomplete)."""
+        ...
 
 
 def make_parser(kind: str, tools: Sequence[ToolSpec], parallel: bool) -> ToolParser:
@@ -43,7 +47,7 @@ class PlainText:
     def feed(self, text: str) -> list[Delta]:
         return [TextDelta(text)] if text else []
 
-    def finish(self) -> list[Delta]:
+    def finish(self, cut: bool = False) -> list[Delta]:
         return []
 
 
@@ -98,7 +102,7 @@ class HermesParser:
                     return out
                 body, self.buffer = self.buffer[:end], self.buffer[end + len(CLOSE) :]
                 self.in_block = False
-                out += [ToolCallEnd()] if self.payload is not None else self._block(body, closed=True)
+                out += self._end() if self.payload is not None else self._block(body, closed=True)
                 self.payload, self.held = None, False
                 continue
             start = self.buffer.find(OPEN)
@@ -159,24 +163,33 @@ class HermesParser:
         """Text outside blocks; whitespace alone before or between calls is dropped, not made a message."""
         return [TextDelta(text)] if text.strip() else []
 
-    def _block(self, body: str, closed: bool) -> list[Delta]:
+    def _end(self) -> list[Delta]:
+        """The streamed call's end: incomplete unless its payload (arguments object, input string) is whole."""
+        assert self.payload is not None
+        return [ToolCallEnd(incomplete=not self.payload.done)]
+
+    def _block(self, body: str, closed: bool, cut: bool = False) -> list[Delta]:
         calls = self.calls.parse(body.strip())
         if calls:
             return self.calls.deltas(calls)
+        call = self.calls.unfinished(body.strip(), cut)
+        if call is not None:
+            return self.calls.deltas([call], incomplete=True)
         return [TextDelta(OPEN + body + (CLOSE if closed else ""))]
 
-    def finish(self) -> list[Delta]:
+    def finish(self, cut: bool = False) -> list[Delta]:
         if self.bare is not None:
-            return self.bare.finish()
+            return self.bare.finish(cut)
         if self.in_block and self.payload is None and not self.held:
             self.held = True  # never streamed: parsed whole below
-        if self.in_block and self.payload is not None:  # cut short: the call ends with what was written
+        if self.in_block and self.payload is not None:  # the call ends with what was written
             out = [] if self.payload.done else self._stream(len(self.buffer))
+            end = self._end()
             self.buffer, self.payload, self.in_block = "", None, False
-            return [*out, ToolCallEnd()]
+            return [*out, *end]
         rest, self.buffer = self.buffer, ""
         if self.in_block:  # generation stopped inside a block (a stop token, or the length limit)
-            return self._block(rest, closed=False)
+            return self._block(rest, closed=False, cut=cut)
         if rest and (rest.strip() or self.calls.count == 0):
             return [TextDelta(rest)]
         return []

@@ -65,11 +65,11 @@ class ThinkParser:
         out: list[Delta] = [ReasoningDelta(thought)] if thought else []
         return out + self._answer()
 
-    def finish(self) -> list[Delta]:
+    def finish(self, cut: bool = False) -> list[Delta]:
         out: list[Delta] = []
         rest, self.buffer = self.buffer, ""
         if self.state == "after":
             rest = rest.lstrip("\n")
         if rest:
             out = [ReasoningDelta(rest)] if self.state == "think" else self.inner.feed(rest)
-        return out + self.inner.finish()
+        return out + self.inner.finish(cut)

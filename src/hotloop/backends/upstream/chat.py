@@ -6,6 +6,7 @@ Streams with `stream_options.include_usage` so prompt and cached tokens come fro
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -23,6 +24,7 @@ from hotloop.backends.base import (
     ToolCallStart,
     coalesced,
 )
+from hotloop.backends.toolcalls.arguments import StringStream
 from hotloop.backends.upstream import chat_messages as chat
 from hotloop.backends.upstream.chat_json import MessagesJSON
 from hotloop.backends.upstream.client import Retryable, UpstreamBackend, decoded, engine_ms, mid_stream_error
@@ -206,14 +208,15 @@ class _StreamReader:
         self.open_custom = [] if spec.freeform else None
         return ToolCallStart(name=spec.name, kind=spec.kind, namespace=spec.namespace)
 
-    def _close(self) -> list[Delta]:
+    def _close(self, cut: bool = False) -> list[Delta]:
+        """The open call's end; `cut`: the length limit stopped the stream inside it (it ends incomplete)."""
         if self.open is None:
             return []
         out: list[Delta] = []
         if self.open_custom is not None:
             out.append(ToolCallDelta(_custom_input("".join(self.open_custom))))
         self.open, self.open_custom = None, None
-        out.append(ToolCallEnd())
+        out.append(ToolCallEnd(incomplete=cut))
         return out
 
     def end(self) -> Sequence[Delta]:
@@ -231,7 +234,10 @@ class _StreamReader:
             engine_ms=self.engine_ms,
             reasoning_tokens=(completion.reasoning_tokens or 0) if completion is not None else 0,
         )
-        return [*self._close(), finished]
+        return [*self._close(cut=self.reason == "length"), finished]
+
+
+_INPUT = re.compile(r'\s*\{\s*"input"\s*:\s*(?=")')
 
 
 def _effort(knob: str, effort: str | None) -> dict[str, Any]:
@@ -246,11 +252,13 @@ def _effort(knob: str, effort: str | None) -> dict[str, Any]:
 
 
 def _custom_input(arguments: str) -> str:
-    """A custom tool's text from the `{"input": …}` arguments it was offered with (raw text when not that)."""
+    """A custom tool's text from the `{"input": …}` arguments it was offered with (raw text when not that); of
+    arguments cut short, the input as far as it was written."""
     try:
         value = msgspec.json.decode(arguments)
     except msgspec.DecodeError:
-        return arguments
+        started = _INPUT.match(arguments)
+        return StringStream().take(arguments[started.end() :])[0] if started is not None else arguments
     if isinstance(value, dict) and isinstance(value.get("input"), str):
         return value["input"]
     return arguments

@@ -272,7 +272,7 @@ class _Reader:
             prompt_tokens=self.prompt_tokens,
             engine_ms=self.engine_ms,
         )
-        return [*self.parser.finish(), finished]
+        return [*self.parser.finish(cut=self.reason == "length"), finished]
 
 
 def _int(value: Any) -> int | None:
