@@ -503,6 +503,53 @@ def test_a_forced_calls_pattern_goes_only_where_the_engine_applies_it() -> None:
 
     for dialect in DIALECTS:
         assert forced("slug", SLUG, dialect) == {"type": "string", "pattern": f"^({SLUG})$"}
-        assert forced("quote", QUOTED, dialect) == {"type": "string"}  # the string would hold a raw `"`
-        phone = {"type": "string"} if dialect == "llamacpp" else {"type": "string", "pattern": f"^({PHONE})$"}
-        assert forced("phone", PHONE, dialect) == phone
+        if dialect != "llamacpp":
+            assert forced("phone", PHONE, dialect) == {"type": "string", "pattern": f"^({PHONE})$"}
+
+
+def forced_grammar(dialect: str, constraint: JSON | None) -> str:
+    """The GBNF of a forced call's whole output, in the engine's own grammar field and nothing else."""
+    assert constraint is not None
+    if dialect == "vllm":
+        assert constraint == {"structured_outputs": {"grammar": constraint["structured_outputs"]["grammar"]}}
+        text = constraint["structured_outputs"]["grammar"]
+    elif dialect == "sglang":
+        assert constraint == {"sampling_params": {"ebnf": constraint["sampling_params"]["ebnf"]}}
+        text = constraint["sampling_params"]["ebnf"]
+    else:
+        assert constraint == {"grammar": constraint["grammar"]}
+        text = constraint["grammar"]
+    assert isinstance(text, str)
+    return text
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_forced_hermes_lark_call_goes_as_the_engines_grammar_for_the_whole_output(
+    http: httpx.Client, hermes_engine: SimEngineProcess, dialect: str
+) -> None:
+    """Issue 36: a forced call's Lark grammar reached no Hermes engine (no JSON-schema `pattern` can carry the
+    escaped form of a patch's newlines). The call is the whole output, so it goes as GBNF for all of it: the
+    engine (sim-engine, drawing under the grammar it got) writes a patch the grammar accepts."""
+    choice = {"type": "custom", "name": "apply_patch"}
+    response, constraint = run(http, hermes_engine, f"hermes-{dialect}", [lark_tool()], tool_choice=choice)
+    grammar = _gbnf(forced_grammar(dialect, constraint))
+    call = custom_call(response)
+    assert call["status"] == "completed" and patch_ok(call["input"]), call
+    written = json.dumps({"name": "apply_patch", "input": call["input"]}, ensure_ascii=False)
+    assert matches(grammar, written)  # the call as the model wrote it, its input JSON-escaped
+    assert not matches(grammar, json.dumps({"name": "apply_patch", "input": "*** Begin Patch\n"}))
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_forced_regex_whose_matches_json_escapes_goes_as_the_engines_grammar(
+    http: httpx.Client, hermes_engine: SimEngineProcess, dialect: str
+) -> None:
+    """`"` in every match (and on llama.cpp a `\\d` its converter lacks): no pattern carries it, the GBNF does."""
+    for name, regex in (("quote", QUOTED), *((("phone", PHONE),) if dialect == "llamacpp" else ())):
+        choice = {"type": "custom", "name": name}
+        response, constraint = run(
+            http, hermes_engine, f"hermes-{dialect}", [regex_tool(name, regex)], tool_choice=choice
+        )
+        forced_grammar(dialect, constraint)
+        call = custom_call(response)
+        assert call["status"] == "completed" and re.fullmatch(regex, call["input"]), call

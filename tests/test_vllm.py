@@ -359,6 +359,36 @@ def test_a_custom_tools_grammar_reaches_vllm_through_tokens(http: httpx.Client, 
     assert made[0]["name"] == "open_ticket" and re.fullmatch(regex, made[0]["input"]), made[0]
 
 
+def test_a_forced_custom_tools_lark_grammar_holds_vllms_hermes_call(http: httpx.Client, engine: Engine) -> None:
+    """Issue 36: a forced custom tool's Lark grammar on a Hermes model reached vLLM as nothing (no JSON-schema
+    pattern carries a patch's escaped newlines), and SmolLM2 wrote `<text>`. Now the whole forced output goes as
+    GBNF in `structured_outputs.grammar` (tools/lark_gbnf.py) and vLLM decodes the patch under it."""
+    from hotloop.tools.grammar import Grammar, compile_grammar, matches
+
+    lark = 'start: "*** Begin Patch" LF op~1..2 "*** End Patch" LF?\n'
+    lark += 'op: "*** Add File: " NAME LF ("+" LINE LF)~1..3\n'
+    lark += "NAME: /[a-z_]{1,20}\\.txt/\nLINE: /[a-z ]{0,30}/\n%import common.LF\n"
+    edit = {"type": "custom", "name": "edit", "format": {"type": "grammar", "syntax": "lark", "definition": lark}}
+    body = {
+        "model": "tokens",
+        "input": "Create notes.txt saying hello.",
+        "tools": [edit],
+        "tool_choice": {"type": "custom", "name": "edit"},
+        "temperature": 0,
+        "max_output_tokens": 200,
+    }
+    offset = len(engine.log_text())
+    reply = http.post("/responses", json=body)
+    assert reply.status_code == 200, reply.text
+    assert "root ::=" in engine.log_text()[offset:]  # vLLM logged the request's structured_outputs grammar
+    response = reply.json()
+    made = [item for item in response["output"] if item["type"] == "custom_tool_call"]
+    assert response["status"] == "completed" and len(made) == 1, response
+    matcher = compile_grammar(Grammar(syntax="lark", definition=lark))
+    assert not isinstance(matcher, str), matcher
+    assert made[0]["status"] == "completed" and matches(matcher, made[0]["input"]), made[0]
+
+
 @pytest.mark.parametrize("model", MODELS)
 def test_a_json_schema_text_format_holds_vllms_answer(http: httpx.Client, model: str) -> None:
     """`text.format` json_schema reaches vLLM in each path's terms (`response_format` on /v1/completions for

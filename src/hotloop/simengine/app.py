@@ -69,7 +69,7 @@ def build_app(engine: Engine) -> Starlette:
         tokens, kwargs = await _prompt(engine, req.single_prompt(body.prompt))
         kwargs["max_output_tokens"] = body.max_tokens
         so = body.structured_outputs or {}
-        await _constrain(engine, body, tokens, kwargs, so.get("structural_tag"))
+        await _constrain(engine, body, tokens, kwargs, so.get("structural_tag"), so.get("grammar"))
         chunks = CompletionChunks(new_id("cmpl"), body.model or engine.settings.model, engine.writer())
         return await _run(engine, request, body, tokens, kwargs, chunks)
 
@@ -83,7 +83,7 @@ def build_app(engine: Engine) -> Starlette:
         # SGLang picks json_schema, regex, ebnf, then structural_tag: the first set wins.
         params = body.sampling_params
         tag = params.structural_tag if params.json_schema is None and params.regex is None else None
-        await _constrain(engine, body, tokens, kwargs, tag if params.ebnf is None else None)
+        await _constrain(engine, body, tokens, kwargs, tag if params.ebnf is None else None, params.ebnf)
         return await _run(
             engine, request, body, tokens, kwargs, GenerateChunks(new_id("gen"), len(tokens), engine.writer())
         )
@@ -92,8 +92,8 @@ def build_app(engine: Engine) -> Starlette:
         body: req.LlamaCppBody = req.decode(await request.body(), req.LlamaCppBody)
         tokens, kwargs = await _prompt(engine, req.single_prompt(body.prompt))
         kwargs["max_output_tokens"] = body.n_predict if body.n_predict >= 0 else None
-        lazy = body.grammar if body.grammar_lazy else None
-        await _constrain(engine, body, tokens, kwargs, None, lazy, body.grammar_triggers or [])
+        triggers = (body.grammar_triggers or []) if body.grammar_lazy else []  # not lazy: the whole output
+        await _constrain(engine, body, tokens, kwargs, None, body.grammar, triggers)
         return await _run(engine, request, body, tokens, kwargs, LlamaCppChunks(text=engine.writer()))
 
     async def responses(request: Request) -> Response:

@@ -64,6 +64,10 @@ def resolve(
         resolved.grammars, resolved.forced = _tag_grammars(structural_tag, lark_in_tags)
     elif gbnf is not None and any(t.get("value") == _CALL_OPEN for t in triggers):
         resolved.grammars = _gbnf_inputs(gbnf, [spec.name for spec in tools if spec.freeform], rng)
+    elif gbnf is not None and not triggers:  # the whole output: one forced call (hotloop's tools/lark_gbnf.py)
+        resolved.grammars = _gbnf_inputs(gbnf, [spec.name for spec in tools if spec.freeform], rng, lead="")
+        if len(resolved.grammars) == 1:
+            resolved.forced = next(iter(resolved.grammars))
     return resolved
 
 
@@ -145,9 +149,11 @@ def _draw(grammar: Grammar, rng: random.Random) -> str | None:
     return None if isinstance(matcher, str) else sample(matcher, rng)
 
 
-def _gbnf_inputs(gbnf: str, names: Sequence[str], rng: random.Random) -> dict[str, Grammar]:
-    """Each named tool's input as the GBNF grammar admits it after `<tool_call>\\n{"name": NAME, "input": "`: the
-    JSON string sampled under the grammar, decoded, and handed to hotloop-sim as the one sentence of a grammar."""
+def _gbnf_inputs(
+    gbnf: str, names: Sequence[str], rng: random.Random, lead: str = _CALL_OPEN + "\n"
+) -> dict[str, Grammar]:
+    """Each named tool's input as the GBNF grammar admits it after `<lead>{"name": NAME, "input": "`: the JSON
+    string sampled under the grammar, decoded, and handed to hotloop-sim as the one sentence of a grammar."""
     from llguidance.gbnf_to_lark import any_to_lark
 
     try:
@@ -159,7 +165,7 @@ def _gbnf_inputs(gbnf: str, names: Sequence[str], rng: random.Random) -> dict[st
     grammars = {}
     for name in names:
         walker = matcher.deep_copy()
-        opening = f'{_CALL_OPEN}\n{{"name": {json.dumps(name)}, "input": "'
+        opening = f'{lead}{{"name": {json.dumps(name)}, "input": "'
         if not walker.consume_tokens(list(opening.encode())):
             continue  # the grammar has no call of this tool with an input
         try:

@@ -206,11 +206,18 @@ def sample(matcher: LLMatcher, rng: random.Random, max_bytes: int = 400) -> str:
         allowed = _allowed(walker)
         if not allowed:
             break
+        if 10 not in allowed and walker.deep_copy().consume_tokens(list(_ESCAPED_NEWLINE)):
+            walker.consume_tokens(list(_ESCAPED_NEWLINE))  # a JSON-escaped grammar's line end (tools/lark_gbnf.py)
+            out += _ESCAPED_NEWLINE
+            continue
         marks = [byte for byte in allowed if byte not in _WORDY and byte in _PRINTABLE]
         choice = 10 if 10 in allowed else rng.choice(marks or allowed)
         walker.consume_tokens([choice])
         out.append(choice)
     return out.decode("utf-8", "replace")
+
+
+_ESCAPED_NEWLINE = b"\\n"
 
 
 def _allowed(walker: LLMatcher) -> list[int]:

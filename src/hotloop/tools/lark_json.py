@@ -26,7 +26,7 @@ from __future__ import annotations
 import ast
 import re
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 from hotloop.tools.lark_regex import COMMON
 
@@ -45,7 +45,7 @@ _SHORT = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r":
 _RAW = '"\\\\\\x{0}-\\x{1F}'  # inside a class: what never appears raw in a JSON string
 
 
-class _Unsupported(Exception):
+class Unsupported(Exception):
     pass
 
 
@@ -58,7 +58,7 @@ def json_string_rules(definition: str, prefix: str) -> tuple[str, str] | None:
     try:
         for match in _SCAN.finditer(definition):
             out.append(_rewritten(match, prefix))
-    except (_Unsupported, ValueError, SyntaxError, re.error, OverflowError, RecursionError):
+    except (Unsupported, ValueError, SyntaxError, re.error, OverflowError, RecursionError):
         return None
     return "".join(out), f"{prefix}_start"
 
@@ -68,16 +68,16 @@ def _rewritten(match: re.Match[str], prefix: str) -> str:
         return ""
     if match.group("string") is not None:
         if match.group("sflags"):
-            raise _Unsupported("string flags")
+            raise Unsupported("string flags")
         return _lexeme(_escaped_literal(ast.literal_eval(match.group("string"))))
     if match.group("regex") is not None:
         if match.group("rflags"):
-            raise _Unsupported("regex flags")
+            raise Unsupported("regex flags")
         return escaped_rule(match.group("regex")[1:-1].replace("\\/", "/"))
     if match.group("directive") is not None:
         found = _IMPORT.match(match.group("directive"))
         if found is None or found.group(1) not in COMMON:
-            raise _Unsupported(match.group("directive"))
+            raise Unsupported(match.group("directive"))
         name = found.group(1)
         return f"{_name(name, prefix)}: {escaped_rule(COMMON[name])}"
     if match.group("name") is not None:
@@ -94,14 +94,46 @@ def _lexeme(pattern: str) -> str:
     return f"/{pattern}/"
 
 
-def escaped_rule(pattern: str) -> str:
+class Emitter(Protocol):
+    """How a rewritten regex is written in the target grammar (here llguidance's Lark; tools/lark_gbnf.py: GBNF)."""
+
+    def literal(self, text: str) -> str:
+        """A run of literal characters."""
+        ...
+
+    def char_set(self, items: list[tuple[Any, Any]]) -> str:
+        """A character class (`re`'s parsed items, NEGATE first when negated)."""
+        ...
+
+    def repeat(self, inner: str, low: int, high: int | None) -> str:
+        """`inner` repeated `low` to `high` times (None: no bound)."""
+        ...
+
+
+class _LarkJson:
+    """llguidance's Lark: one lexeme per escaped literal or character."""
+
+    def literal(self, text: str) -> str:
+        return _lexeme(_escaped_literal(text))
+
+    def char_set(self, items: list[tuple[Any, Any]]) -> str:
+        return _lexeme(_char_set(items))
+
+    def repeat(self, inner: str, low: int, high: int | None) -> str:
+        return f"({inner}){{{low},{'' if high is None else high}}}"
+
+
+LARK = _LarkJson()
+
+
+def escaped_rule(pattern: str, emit: Emitter = LARK) -> str:
     """A rule expression for the JSON-escaped forms of the strings `pattern` matches: one lexeme per character."""
     from re import _parser  # type: ignore[attr-defined]
 
-    return f"({_sequence(_parser.parse(pattern))})"
+    return f"({_sequence(_parser.parse(pattern), emit)})"
 
 
-def _sequence(items: Any) -> str:
+def _sequence(items: Any, emit: Emitter) -> str:
     """Runs of literal characters as one lexeme each (an escaped literal is a fixed text), the rest item by item."""
     from re import _constants as c  # type: ignore[attr-defined]
 
@@ -112,36 +144,35 @@ def _sequence(items: Any) -> str:
             run.append(chr(value))
             continue
         if run:
-            parts.append(_lexeme(_escaped_literal("".join(run))))
+            parts.append(emit.literal("".join(run)))
             run = []
-        parts.append(_item(op, value))
+        parts.append(_item(op, value, emit))
     if run:
-        parts.append(_lexeme(_escaped_literal("".join(run))))
+        parts.append(emit.literal("".join(run)))
     if not parts:
-        raise _Unsupported("an empty alternative")
+        raise Unsupported("an empty alternative")
     return " ".join(parts)
 
 
-def _item(op: Any, value: Any) -> str:
+def _item(op: Any, value: Any, emit: Emitter) -> str:
     from re import _constants as c  # type: ignore[attr-defined]
 
     if op in (c.NOT_LITERAL, c.ANY, c.IN):
         items = [(c.NEGATE, None), (c.LITERAL, value)] if op is c.NOT_LITERAL else value
         if op is c.ANY:
             items = [(c.NEGATE, None), (c.LITERAL, ord("\n"))]
-        return _lexeme(_char_set(items))
+        return emit.char_set(items)
     if op is c.BRANCH:
-        return "(" + " | ".join(_sequence(branch) for branch in value[1]) + ")"
+        return "(" + " | ".join(_sequence(branch, emit) for branch in value[1]) + ")"
     if op is c.SUBPATTERN:
         _group, add_flags, del_flags, inner = value
         if add_flags or del_flags:
-            raise _Unsupported("inline flags")
-        return f"({_sequence(inner)})"
+            raise Unsupported("inline flags")
+        return f"({_sequence(inner, emit)})"
     if op in (c.MAX_REPEAT, c.MIN_REPEAT):  # a lazy repeat matches the same language
         low, high, inner = value
-        bound = "" if high is c.MAXREPEAT else str(high)
-        return f"({_sequence(inner)}){{{low},{bound}}}"
-    raise _Unsupported(str(op))  # anchors, lookarounds, backreferences, possessive repeats
+        return emit.repeat(_sequence(inner, emit), low, None if high is c.MAXREPEAT else high)
+    raise Unsupported(str(op))  # anchors, lookarounds, backreferences, possessive repeats
 
 
 def _char_set(items: list[tuple[Any, Any]]) -> str:
@@ -175,7 +206,7 @@ def _class_item(op: Any, value: Any) -> str:
         }
         if value in names:
             return names[value]
-    raise _Unsupported(str(op))
+    raise Unsupported(str(op))
 
 
 def _python_class(items: list[tuple[Any, Any]]) -> re.Pattern[str]:

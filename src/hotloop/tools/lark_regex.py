@@ -29,7 +29,7 @@ COMMON = {
     "WORD": r"[a-zA-Z]+",
     "CNAME": r"[_a-zA-Z][_a-zA-Z0-9]*",
 }
-_TOKEN = re.compile(
+TOKEN = re.compile(
     r"""\s*(?:
         (?P<string>"(?:[^"\\]|\\.)*")
       | (?P<regex>/(?:[^/\\\n]|\\.)+/[a-z]*)
@@ -44,7 +44,7 @@ _DEFINITION = re.compile(r"^\s*(\??[_a-zA-Z][_a-zA-Z0-9]*)(?:\.-?\d+)?\s*:(.*)$"
 MAX_PATTERN = 64 * 1024
 
 
-class _Unsupported(Exception):
+class Unsupported(Exception):
     pass
 
 
@@ -72,14 +72,14 @@ def _literal(text: str) -> str:
 def lark_to_regex(definition: str, start: str = "start") -> str | None:
     """The regular expression of `start`'s language, or None when the grammar is not of the kind read here."""
     try:
-        rules = _rules(definition)
+        rules = rules_of(definition)
         pattern = _Expander(rules).expand(start)
-    except (_Unsupported, RecursionError, ValueError, SyntaxError):
+    except (Unsupported, RecursionError, ValueError, SyntaxError):
         return None
     return pattern if len(pattern) <= MAX_PATTERN else None
 
 
-def _rules(definition: str) -> dict[str, str]:
+def rules_of(definition: str) -> dict[str, str]:
     rules: dict[str, str] = {}
     current: str | None = None
     for raw in definition.splitlines():
@@ -89,11 +89,11 @@ def _rules(definition: str) -> dict[str, str]:
         if line.lstrip().startswith("%import"):
             for name in re.findall(r"common\.(\w+)", line):
                 if name not in COMMON:
-                    raise _Unsupported(name)
+                    raise Unsupported(name)
                 rules[name] = "/" + COMMON[name].replace("/", "\\/") + "/"
             continue
         if line.lstrip().startswith("%"):
-            raise _Unsupported(line)  # %ignore, %declare, %override: not a plain regular language
+            raise Unsupported(line)  # %ignore, %declare, %override: not a plain regular language
         found = _DEFINITION.match(line)
         if found is not None:
             current = found.group(1).lstrip("?")
@@ -101,7 +101,7 @@ def _rules(definition: str) -> dict[str, str]:
         elif current is not None and line[:1].isspace():
             rules[current] += " " + line.strip()  # a continued alternative
         else:
-            raise _Unsupported(line)
+            raise Unsupported(line)
     return rules
 
 
@@ -115,15 +115,15 @@ class _Expander:
         if name in self.done:
             return self.done[name]
         if name in self.open or name not in self.rules:
-            raise _Unsupported(name)  # recursion, or a name nothing defines
+            raise Unsupported(name)  # recursion, or a name nothing defines
         self.open.add(name)
-        tokens = [match for match in _TOKEN.finditer(self.rules[name])]
+        tokens = [match for match in TOKEN.finditer(self.rules[name])]
         if "".join(match.group(0) for match in tokens).strip() != self.rules[name].strip():
-            raise _Unsupported(self.rules[name])  # something the tokenizer does not know
+            raise Unsupported(self.rules[name])  # something the tokenizer does not know
         parser = _Parser([(match.lastgroup or "", match.group(match.lastgroup or 0).strip()) for match in tokens], self)
         pattern = parser.alternatives()
         if parser.position != len(parser.tokens):
-            raise _Unsupported(name)
+            raise Unsupported(name)
         self.open.discard(name)
         self.done[name] = pattern
         return pattern
@@ -174,7 +174,7 @@ class _Parser:
         if kind == "regex":
             body, _, flags = text[1:].rpartition("/")
             if flags:
-                raise _Unsupported(text)
+                raise Unsupported(text)
             re.compile(body)
             return f"(?:{body.replace(chr(92) + '/', '/')})"
         if kind == "name":
@@ -183,7 +183,7 @@ class _Parser:
             inner = self.alternatives()
             closing = ")" if text == "(" else "]"
             if self._peek() != ("op", closing):
-                raise _Unsupported(text)
+                raise Unsupported(text)
             self.position += 1
             return f"(?:{inner})" if text == "(" else f"(?:{inner})?"
-        raise _Unsupported(text)
+        raise Unsupported(text)

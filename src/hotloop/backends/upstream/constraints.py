@@ -13,9 +13,14 @@ while it decodes, hotloop asks it to, in the engine's own terms, from the tool c
   JSON, which no engine applies a Lark grammar to. A regex becomes the string's JSON-schema `pattern` (matched
   whole): a structural tag triggered by `<tool_call>` whose content is the JSON schema of every callable tool's
   call (vLLM, SGLang), or llama.cpp's lazy GBNF grammar triggered by the same word (llama-cpp-python's JSON-schema
-  converter). A forced call keeps `output_schema`'s JSON schema, its patterns filtered the same way.
+  converter). A forced call keeps `output_schema`'s JSON schema, its patterns filtered the same way; a forced call
+  whose grammar no pattern carries (Lark, or a regex whose matches JSON escapes) is known to open with
+  `{"name": "<tool>", "input": "` and to be the whole output, so it goes as the engine's own grammar field for the
+  whole output (vLLM `structured_outputs.grammar`, SGLang `ebnf`, llama.cpp `grammar`): GBNF whose input is the
+  grammar's JSON-escaped language (tools/lark_gbnf.py).
 
-Nothing is sent for a grammar an engine would apply wrongly or refuse: a Lark grammar on Hermes; a regex whose
+Nothing is sent for a grammar an engine would apply wrongly or refuse: a Lark grammar on Hermes with `tool_choice`
+auto (a structural tag's JSON schema cannot carry it); a regex whose
 matches could hold a character a JSON string escapes (`"`, `\\`, control characters: xgrammar and llama.cpp put the
 pattern's characters in the string unescaped, so such a call would not parse); on llama.cpp, a regex its converter
 does not translate faithfully (`\\d`, `(?:…)`: checked by converting, parsing the GBNF back with llguidance and
@@ -36,6 +41,7 @@ from functools import lru_cache
 from typing import Any
 
 from hotloop.backends.base import GenerationRequest
+from hotloop.tools import lark_gbnf
 from hotloop.tools.grammar import Grammar, compile_grammar, matches, sample
 
 log = logging.getLogger(__name__)
@@ -47,6 +53,7 @@ WORD_TRIGGER = 1  # llama.cpp's COMMON_GRAMMAR_TRIGGER_TYPE_WORD
 _NEEDS_ESCAPE = r'/(?s:.*)["\\\x00-\x1f](?s:.*)/'
 # The escapes llama.cpp's GBNF parser reads (src/llama-grammar.cpp `parse_char`); any other fails the request.
 _GBNF_ESCAPE = re.compile(r'\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[trn\\"\[\]])')
+_ESCAPE_AT = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)")  # an escape, whole if it can be
 _ROUND_TRIPS = 4  # samples of a regex the llama.cpp grammar must take
 
 Tool = tuple[str, bool, Grammar | None]  # prompt name, freeform, grammar: what a constraint depends on
@@ -137,12 +144,30 @@ def _fields(
             return None
         tag = _harmony_tag(tools, forced)
         return None if tag is None else _structural(dialect, tag)
-    if calls != "hermes" or required:  # a forced call (or bare JSON calls): output_schema's JSON schema
+    if forced and calls in ("hermes", "json"):  # the whole output is this one call
+        return _forced_fields(dialect, tools[0])
+    if calls != "hermes" or required:  # a call among several (or bare JSON calls): output_schema's JSON schema
         return None
     if dialect == "llamacpp":
         return _llamacpp_fields(tools, parallel)
     tag = _hermes_tag(tools, dialect)
     return None if tag is None else _structural(dialect, tag)
+
+
+def _forced_fields(dialect: str, tool: Tool) -> dict[str, Any] | None:
+    """A forced custom call whose grammar no JSON-schema `pattern` carries (a Lark grammar, a regex whose matches
+    JSON escapes): the output is known to be `{"name": …, "input": "…"}` from its first token, so the engine's own
+    grammar field holds all of it, the input's JSON-escaped language included (tools/lark_gbnf.py). None: the JSON
+    schema carries it (`engine_schema`), or nothing can."""
+    name, freeform, grammar = tool
+    if not freeform or grammar is None or _pattern(grammar, dialect) is not None:
+        return None
+    gbnf = lark_gbnf.forced_call(name, grammar.syntax, grammar.definition)
+    if gbnf is None or not _gbnf_parses(gbnf):
+        return None
+    if dialect == "vllm":
+        return {"structured_outputs": {"grammar": gbnf}}
+    return {"ebnf": gbnf} if dialect == "sglang" else {"grammar": gbnf}
 
 
 def engine_schema(schema: dict[str, Any], dialect: str, request: GenerationRequest) -> dict[str, Any]:
@@ -261,7 +286,7 @@ def _call_gbnf(schema: dict[str, Any], parallel: bool) -> str | None:
 
 def _gbnf_parses(gbnf: str) -> bool:
     """llama.cpp would parse it (only the escapes its parser reads), and llguidance reads it too."""
-    if any(not _GBNF_ESCAPE.fullmatch(found.group()) for found in re.finditer(r"\\.", gbnf)):
+    if any(not _GBNF_ESCAPE.fullmatch(found.group()) for found in _ESCAPE_AT.finditer(gbnf)):
         return False
     return _gbnf_matcher(gbnf) is not None
 
