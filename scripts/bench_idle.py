@@ -1,4 +1,4 @@
-"""What the default server spends with no traffic (docs/benchmarks.md, "Idle CPU of the default server").
+"""What the default server spends with no traffic (docs/benchmarks-history.md, "Idle CPU of the default server").
 `python scripts/bench_idle.py [--settle-s 5] [--seconds 20] [--workers N]`.
 
 Starts `hotloop serve` with its defaults (hotloop-sim, SQLite in a temporary data directory, one worker per core

@@ -1,6 +1,6 @@
 """One WebSocket continuation's cost in-process: decode, `start_turn` and `Turn.events()` on a built service
 (hotloop-sim, model time ~0), 3 000 turns in chains of 200, the median after 500 warm-up turns. Compare commits by
-running it with `PYTHONPATH=<worktree>/src` (docs/benchmarks.md).
+running it with `PYTHONPATH=<worktree>/src` (docs/benchmarks-history.md).
 
     .venv/bin/python scripts/bench_turn.py LABEL
 """

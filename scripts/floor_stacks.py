@@ -1,4 +1,4 @@
-"""The floor under other Python servers (docs/benchmarks.md, "The stack under a turn"): the `bench load --floor`
+"""The floor under other Python servers (docs/benchmarks-history.md, "The stack under a turn"): the `bench load --floor`
 server (bench/floor.py: the recorded events of a hotloop rollout, replayed on the simulated model's clock with no
 pipeline) on uvicorn as `hotloop serve` runs it, and on granian's ASGI interface, measured side by side in one run.
 

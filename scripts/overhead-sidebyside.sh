@@ -1,5 +1,5 @@
 #!/bin/bash
-# Per-turn overhead of an earlier commit's server and the current one, side by side in one run (docs/benchmarks.md,
+# Per-turn overhead of an earlier commit's server and the current one, side by side in one run (docs/benchmarks-history.md,
 # "A resent history"): two rounds of before, now; each a `hotloop serve --workers 1` process of that code, driven by
 # the current bench client from its own process, for every history shape.
 #   scripts/overhead-sidebyside.sh BEFORE_REV [SIZES]

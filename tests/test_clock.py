@@ -48,7 +48,7 @@ def test_a_wait_never_ends_before_its_moment(run: Callable[[Coroutine[Any, Any, 
 
     late = run(main())
     assert min(late) >= 0.0, late
-    assert max(late) < 0.5, late  # woken (precision is the benchmarks' business: docs/benchmarks.md)
+    assert max(late) < 0.5, late  # woken (precision is the benchmarks' business: docs/benchmarks-history.md)
 
 
 def test_without_the_timerfd_a_wait_still_never_ends_early(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,7 @@ A real `hotloop serve` process streams a long answer to one WebSocket session wh
 largest body the server accepts, over HTTP and over WebSocket: one long text, many items, many tools. The gaps
 between the streaming session's events stay bounded. Before the render stage tokenized off the event loop (and
 refused what cannot fit from its length alone) such a body froze every session for 3-9 s; the bound asserted here
-is generous for a loaded CI machine, the measured figure is in docs/benchmarks.md.
+is generous for a loaded CI machine, the measured figure is in docs/benchmarks-history.md.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ class AgentLoopConfig:
     # A reasoning model: tokens of thinking before each call and the answer (hotloop-sim), model time like any
     # output token; its reasoning items are rendered back into the tool chain's prompts.
     reasoning_tokens: int = 0
-    # A long session (docs/benchmarks.md): compact past this many prompt tokens (`context_management`); the tool
+    # A long session (docs/benchmarks-history.md): compact past this many prompt tokens (`context_management`); the tool
     # outputs then have a fixed size, so that the whole session holds `context_tokens` however often it compacts.
     compact_threshold: int | None = None
     modes: tuple[str, ...] = ("http-full", "http-chain", "ws")

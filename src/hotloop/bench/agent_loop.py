@@ -157,8 +157,8 @@ async def _one_run(
 
 
 def _long_session(runs: list[RunRecord]) -> dict[str, Any]:
-    """What compaction costs (docs/benchmarks.md): the compacting turns' overhead beside the others', and how much
-    of the next turn's prompt the model's cache already held."""
+    """What compaction costs (docs/benchmarks-history.md): the compacting turns' overhead beside the others', and
+    how much of the next turn's prompt the model's cache already held."""
     turns = [t for r in runs for t in r.turns]
     compacting = [t for t in turns if t.compacted]
     if not compacting:

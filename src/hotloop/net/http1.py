@@ -4,7 +4,7 @@ requests (mcp/streamable.py) go through it.
 
 Per chunk of a streamed body this costs one `data_received`, llhttp's callbacks (`on_body` appends the bytes) and
 the reader woken if it waits: no stream-reader object, timer or buffer bookkeeping per chunk, and per request one
-write of the head and body. aiohttp spent ~0.5 ms of a 4 ms turn on those (docs/benchmarks.md, issue 22).
+write of the head and body. aiohttp spent ~0.5 ms of a 4 ms turn on those (docs/benchmarks-history.md, issue 22).
 
 What a caller gets: `Pool.request(method, url, body, headers)` (`Pool.post` for a POST) sends the request and
 returns the `Response` once its head has arrived; `Response.header(name)` gives a header the pool was built to

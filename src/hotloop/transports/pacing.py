@@ -1,10 +1,10 @@
 """When a streamed delta leaves: the flush window that both streaming transports (ws_writer.py, sse.py) share.
 
 A write costs the same whether it carries one event or ten: on loopback the syscall also runs the receiving side's
-TCP work, ~25-45 µs each, the largest single part of a turn's CPU in front of a fast engine (docs/benchmarks.md).
-At 1 000 tokens/s a delta arrives every millisecond, so a turn wrote once per token. With the window, a delta that
-follows the last written delta by less than `stream_flush_ms` waits until that interval is over, and every delta
-that arrives meanwhile leaves in the same write.
+TCP work, ~25-45 µs each, the largest single part of a turn's CPU in front of a fast engine
+(docs/benchmarks-history.md). At 1 000 tokens/s a delta arrives every millisecond, so a turn wrote once per token.
+With the window, a delta that follows the last written delta by less than `stream_flush_ms` waits until that
+interval is over, and every delta that arrives meanwhile leaves in the same write.
 
 What never waits: the first delta after a quiet interval (time to first token is untouched), and every event that
 is not a delta (an item's start and end, the terminal event), which takes the deltas queued before it along at

@@ -152,8 +152,8 @@ def settle_heap() -> None:
 
     Otherwise CPython's cycle collector walks that whole heap on every full collection: one took 96-111 ms in the
     middle of a 50-session load, every session's next event waiting behind it (the load's p99 overhead was that
-    pause), and collections were ~9% of the server's CPU (docs/benchmarks.md). Objects made later are collected as
-    before; only cycles among the frozen ones are never freed, and start-up makes none that matter."""
+    pause), and collections were ~9% of the server's CPU (docs/benchmarks-history.md). Objects made later are
+    collected as before; only cycles among the frozen ones are never freed, and start-up makes none that matter."""
     gc.collect()
     gc.freeze()
     _, middle, old = gc.get_threshold()

@@ -4,7 +4,7 @@ first token, the streamed payloads (sse.py), and an engine's failures as `Backen
 `chat.py` (chat messages) and `tokens.py` (token ids) subclass `UpstreamBackend` with their request body and
 their stream reader. One pool of keep-alive connections per upstream (http1.py: hotloop's own HTTP/1.1 client on
 httptools; aiohttp before it spent ~0.5 ms of a turn's 4 ms on its request and per-chunk layers, and httpx a third
-of a gateway's CPU; docs/benchmarks.md). A failure before the first token (unreachable, 5xx, a stall, an error
+of a gateway's CPU; docs/benchmarks-history.md). A failure before the first token (unreachable, 5xx, a stall, an error
 chunk) is retried `retries` times, on another replica when there is one; after it, never (the client has seen
 output). Closing the generator (the client went away, the response was cancelled, hotloop's own stall timer)
 closes the upstream connection, which is how an engine learns to stop generating.
