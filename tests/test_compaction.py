@@ -20,6 +20,7 @@ import pytest
 from conftest import RunningServer, start_server, stored_counts
 from hotloop.config import Upstream
 from http_support import calls, check_sequence, error_of, output_text, parse_sse
+from openai_types_support import openai_typed
 from simengine_support import SimEngineProcess
 from wsutil import WS, final
 
@@ -220,6 +221,50 @@ def test_below_the_threshold_nothing_is_compacted(small: RunningServer) -> None:
         default = http.post("/responses", json=_body(input="Short.", context_management=[{"type": "compaction"}]))
     assert response["output"][0]["type"] == "function_call"
     assert default.json()["output"][0]["type"] == "function_call"  # 80 % of the window by default
+
+
+TRIGGER = {"type": "compaction_trigger"}
+
+
+@pytest.mark.parametrize("transport", ["sse", "websocket"])
+def test_a_compaction_trigger_compacts_now_and_the_chain_goes_on_from_it(small: RunningServer, transport: str) -> None:
+    """protocol.md §1.12: `compaction_trigger` as the last input item compacts whatever the prompt's size (no
+    `context_management` given, far below any threshold): the compaction item opens, `response.compaction.compacting`
+    names it while the summary is sampled, every event is openai-python's, and the next turn continues from it."""
+    first = {"input": "Fix the parser.", "metadata": {"sim_output_tokens": "20"}}
+    with small.http() as http:
+        one = http.post("/responses", json=first).json()
+        body = {"input": [{"role": "user", "content": "Compact now."}, TRIGGER], "previous_response_id": one["id"]}
+        if transport == "sse":
+            events = parse_sse(http.post("/responses", json={**body, "stream": True}).text)
+        else:
+            with WS(small.ws_url) as ws:
+                events = ws.turn(**body)
+    compacting = [event for event in events if event["type"] == "response.compaction.compacting"]
+    added = [event for event in events if event["type"] == "response.output_item.added"]
+    done = [event for event in events if event["type"] == "response.output_item.done"]
+    assert len(compacting) == 1 and added[0]["item"]["type"] == "compaction"
+    assert compacting[0]["item_id"] == added[0]["item"]["id"] == done[0]["item"]["id"]
+    assert compacting[0]["output_index"] == 0 and done[0]["item"]["encrypted_content"]
+    # Opened with no content, then being made while the summary is sampled, then done with it.
+    assert events.index(added[0]) < events.index(compacting[0]) < events.index(done[0])
+    for event in events:
+        openai_typed("event", event)
+    two = final(events) if transport == "websocket" else check_sequence(events)
+    assert two["status"] == "completed" and two["output"][0]["type"] == "compaction"
+    with small.http() as http:
+        three = http.post("/responses", json={"input": "Go on.", "previous_response_id": two["id"]}).json()
+        items = http.get(f"/responses/{two['id']}/input_items").json()["data"]
+    assert three["status"] == "completed" and three["output"][0]["type"] != "compaction"
+    assert [item["type"] for item in items] == ["message"]  # the trigger is an instruction, not an input item
+
+
+def test_a_compaction_trigger_that_is_not_the_last_item_is_refused(small: RunningServer) -> None:
+    before = stored_counts(small)
+    with small.http() as http:
+        reply = http.post("/responses", json={"input": [TRIGGER, {"role": "user", "content": "hi"}]})
+        error_of(reply, 400, "invalid_value", "input[0]")
+    assert stored_counts(small) == before
 
 
 def test_after_a_compaction_the_engine_finds_the_compacted_prompt_cached(tmp_path: Path) -> None:

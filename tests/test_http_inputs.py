@@ -426,6 +426,57 @@ def test_a_drop_is_logged_once_per_connection_and_per_key_over_http(
     assert dropped.value(DROPPED, type="web_search") == 5 + 6
 
 
+# -- prompt caching and multi_agent (protocol.md §1.12) ------------------------------------------------------------
+
+
+def test_prompt_cache_options_and_breakpoints_are_accepted_and_echoed(server: RunningServer) -> None:
+    """Every valid shape is taken (openai-python 3.63's params, sent by its own client) and echoed as it types them;
+    the breakpoints on content parts change nothing a client can see."""
+    content = [{"type": "input_text", "text": "Summarize the repo.", "prompt_cache_breakpoint": {"ttl": "12h"}}]
+    response = server.client().responses.create(
+        model=SIM,
+        input=[{"role": "user", "content": content}],  # type: ignore[list-item]
+        prompt_cache_options={"mode": "explicit", "ttl": "12h"},
+        prompt_cache_retention="24h",
+    )
+    assert response.status == "completed" and response.prompt_cache_options is not None
+    assert (response.prompt_cache_options.mode, response.prompt_cache_options.ttl) == ("explicit", "12h")
+    assert response.prompt_cache_retention == "24h"
+    check_response(sdk_json(response))
+    defaults = create(server, input="hi", prompt_cache_options={})
+    assert defaults["prompt_cache_options"] == {"mode": "implicit", "ttl": "30m"}
+    assert create(server, input="hi")["prompt_cache_options"] is None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "param"),
+    [
+        ("prompt_cache_options", {"mode": "sometimes"}, "prompt_cache_options.mode"),
+        ("prompt_cache_options", {"ttl": "5d"}, "prompt_cache_options.ttl"),
+        ("prompt_cache_options", {"prewarm": "yes"}, "prompt_cache_options.prewarm"),
+        ("prompt_cache_options", "30m", "prompt_cache_options"),
+        ("prompt_cache_retention", "forever", "prompt_cache_retention"),
+        ("multi_agent", {"enabled": "yes"}, "multi_agent.enabled"),
+        ("multi_agent", {"enabled": False, "max_concurrent_subagents": 0}, "multi_agent.max_concurrent_subagents"),
+        ("multi_agent", {"enabled": True}, "multi_agent"),  # never ignored: refused by name until it runs
+    ],
+)
+def test_bad_cache_options_and_multi_agent_are_400s_naming_them(
+    server: RunningServer, field: str, value: Any, param: str
+) -> None:
+    with server.http() as http:
+        reply = http.post("/responses", json={"model": SIM, "input": "hi", field: value})
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == param, reply.text
+    with WS(server.ws_url) as ws:
+        frame = ws.error(model=SIM, input="hi", **{field: value})
+        assert frame["status"] == 400 and frame["error"]["param"] == param
+
+
+def test_multi_agent_disabled_is_a_plain_response(server: RunningServer) -> None:
+    response = create(server, input="hi", extra_body={"multi_agent": {"enabled": False}})
+    assert response["status"] == "completed"
+
+
 def test_generate_false_warmup(server: RunningServer) -> None:
     """`generate: false` is accepted on HTTP: no output, and a continuation reuses the prefilled prompt."""
     warm = create(

@@ -71,6 +71,8 @@ class Plan(msgspec.Struct, frozen=True):
     history: Sequence[ContextItem]
     new_items: Sequence[ContextItem]
     calls: int  # tool calls in the context it replaces
+    item_id: str = msgspec.field(default_factory=lambda: new_id("cmp"))  # the compaction item's
+    triggered: bool = False  # a `compaction_trigger` asked for it: `response.compaction.compacting` goes first
 
 
 class Compacted(msgspec.Struct, frozen=True):
@@ -112,6 +114,37 @@ def threshold(request: CreateRequest, model: Model) -> int | None:
     return None
 
 
+# A `compaction_trigger` item holds its type and perhaps an id: a last input item longer than this is not one, and
+# is left for the normalize stage without being read twice.
+_TRIGGER_MAX_BYTES = 512
+
+
+def triggered(request: CreateRequest) -> bool:
+    """Whether the create ends with a `compaction_trigger` (protocol.md §1.12; Codex's `remote_compaction_v2`): it
+    asks for compaction now, whatever the prompt's size, and is taken out of `request.input` (an instruction, not
+    context: neither rendered nor stored). One anywhere else is refused by the normalize stage, naming it."""
+    items = request.input
+    if not isinstance(items, list) or not items:
+        return False
+    last = items[-1]
+    raw = bytes(memoryview(last)) if len(memoryview(last)) <= _TRIGGER_MAX_BYTES else b""
+    if b"compaction_trigger" not in raw:
+        return False
+    try:
+        decoded = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return False  # the normalize stage reports it
+    if not isinstance(decoded, dict) or decoded.get("type") != "compaction_trigger":
+        return False
+    request.input = items[:-1]
+    return True
+
+
+def forced(request: CreateRequest, model: Model) -> int:
+    """The threshold a triggered compaction is planned with: the request's, or the default share of the window."""
+    return threshold(request, model) or int(model.context_window * DEFAULT_SHARE)
+
+
 def crosses(
     request: CreateRequest, model: Model, prompt_tokens: int, own: Sequence[ContextItem], parent_tokens: int
 ) -> int | None:
@@ -133,12 +166,12 @@ def _estimated_tokens(items: Sequence[ContextItem]) -> int:
     return sum(len(_encode(item)) for item in items) // 4
 
 
-def plan(limit: int, context: Sequence[ContextItem], calls: int) -> Plan:
-    """The compaction of a turn that crosses `limit`. `context`: every item the turn reads, its new input last
-    (whether it continues a chain or resends the history)."""
+def plan(limit: int, context: Sequence[ContextItem], calls: int, triggered: bool = False) -> Plan:
+    """The compaction of a turn that crosses `limit` (or was `triggered`). `context`: every item the turn reads,
+    its new input last (whether it continues a chain or resends the history)."""
     items = effective(context)
     split = _new_input(items)
-    return Plan(threshold=limit, history=items[:split], new_items=items[split:], calls=calls)
+    return Plan(threshold=limit, history=items[:split], new_items=items[split:], calls=calls, triggered=triggered)
 
 
 def _new_input(items: Sequence[ContextItem]) -> int:
@@ -167,7 +200,7 @@ async def run(
     summary, usage = await _summarize(service, model, request, plan, f"{response_id}_compaction", transport)
     kept = _Verbatim(kept_users(plan.history, budget_chars=plan.threshold), kept_tail(plan.history, plan.new_items))
     bound = int(plan.threshold * COMPACTED_SHARE)
-    item_id = new_id("cmp")
+    item_id = plan.item_id
     while True:
         users, tail = kept.items()
         item = Compaction(encrypted_content=seal(carried(summary, users, tail, plan.calls), service.secret), id=item_id)

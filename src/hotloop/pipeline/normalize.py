@@ -88,6 +88,8 @@ def normalize_item(raw: Any, param: str, *, ids: bool = True) -> ContextItem | I
     if not isinstance(kind, str):
         raise InvalidParam("'type' must be a string.", param=f"{param}.type", code="invalid_type")
     cls = KNOWN_ITEM_TYPES.get(kind)
+    if kind == "compaction_trigger":  # the last item's is taken out before (pipeline/compaction.py `triggered`)
+        raise InvalidParam("A compaction_trigger item must be the last input item.", param=param)
     if cls is None:
         return OtherItem(raw=raw)
     if cls is Message:

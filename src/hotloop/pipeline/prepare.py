@@ -59,6 +59,9 @@ async def start_turn(
     timings = StageTimings(received_at, trace)
     with timings.stage("validate"):
         check_request(request, websocket=options.websocket)
+        trigger = compaction.triggered(request)  # taken out of the input: it asks for compaction now
+        if trigger and not request.context_management:
+            request.context_management = [{"type": "compaction"}]  # the default threshold, the window's policy
         model = service.models.resolve(request.model)
         conversation_id = conversation_id_of(request)
         resent = match_resent(service, session, request, conversation_id)
@@ -95,7 +98,7 @@ async def start_turn(
     # of it on the GIL.
     with timings.stage("render"):
         prompt = await render_prompt(service.renderer, model, request, tools.specs, prior.prompt_base(), fresh)
-        compacting = _compaction(request, model, prompt, inputs)
+        compacting = _compaction(request, model, prompt, inputs, trigger)
     with timings.stage("safety"):
         scanned = await service.safety.scan_async(prior.safety_states(service.safety), fresh, service.tokenize_pool)
         safety = prior.scanned(scanned)
@@ -135,19 +138,23 @@ def _context(inputs: Inputs) -> list[ContextItem]:
     return [*inputs.prior.context, *inputs.fresh]
 
 
-def _compaction(request: CreateRequest, model: Model, prompt: Prompt, inputs: Inputs) -> compaction.Plan | None:
+def _compaction(
+    request: CreateRequest, model: Model, prompt: Prompt, inputs: Inputs, triggered: bool
+) -> compaction.Plan | None:
     """The compaction this turn runs before it generates (`context_management`), if its prompt crosses the
-    threshold."""
+    threshold or a `compaction_trigger` asked for it."""
     if not request.context_management:
         return None
     prior = inputs.prior
     size = len(prompt.tokens)
     limit = compaction.crosses(request, model, size, inputs.items, prior.used_tokens)
+    if limit is None and triggered:
+        limit = compaction.forced(request, model)
     if limit is None:
         if size >= model.context_window:
             raise too_long(size, model.context_window)  # past the window and below the threshold
         return None
-    return compaction.plan(limit, [*prior.context, *inputs.fresh], inputs.calls_in_context())
+    return compaction.plan(limit, [*prior.context, *inputs.fresh], inputs.calls_in_context(), triggered)
 
 
 def _resolved(request: CreateRequest, service: Service) -> ToolSet:
@@ -286,5 +293,17 @@ def _echo(request: CreateRequest, model: Model, tools: list[Any], choice: ToolCh
         metadata=dict(request.metadata or {}),
         safety_identifier=request.safety_identifier,
         prompt_cache_key=request.prompt_cache_key,
+        prompt_cache_options=_cache_options(request.prompt_cache_options),
+        prompt_cache_retention=request.prompt_cache_retention,
         user=request.user,
     )
+
+
+def _cache_options(options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The echo of `prompt_cache_options`: its mode and ttl with their defaults (openai-python types both as set)."""
+    if options is None:
+        return None
+    echo: dict[str, Any] = {"mode": options.get("mode") or "implicit", "ttl": options.get("ttl") or "30m"}
+    if options.get("comparison_response_id") is not None:
+        echo["comparison_response_id"] = options["comparison_response_id"]
+    return echo

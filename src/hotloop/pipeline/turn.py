@@ -29,6 +29,7 @@ from hotloop.pipeline.steering import Steer, check_room
 from hotloop.tools.registry import build_call
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
+from hotloop.wire.items import Compaction
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import ErrorInfo, Response
 
@@ -112,6 +113,8 @@ class Turn:
             try:
                 for event in self._opening():
                     yield event
+                for event in self._compacting():
+                    yield event
                 step = await self._compact()
                 for event in step.events:
                     yield event
@@ -164,6 +167,15 @@ class Turn:
         response.status = "in_progress"
         return [*opening, builder.in_progress()]
 
+    def _compacting(self) -> list[Event]:
+        """A `compaction_trigger`'s compaction item opens (no content yet) and says it is being made while its
+        summary is sampled; `_compact` ends it (protocol.md §1.12)."""
+        plan = self.prepared.compaction
+        if plan is None or not plan.triggered or self.prepared.safety.verdict == "block" or not self.generate:
+            return []
+        opened = self.builder.open_item(Compaction(encrypted_content="", id=plan.item_id))
+        return [*opened, self.builder.compacting(plan.item_id)]
+
     async def _compact(self) -> compaction.Step:
         """When the turn compacts (compaction.py), the summary first: the turn then generates on the compacted
         context, whose prompt is the chain's rendered state; the compaction item is the output's first."""
@@ -188,7 +200,8 @@ class Turn:
         prepared.generation.prompt_tokens, prepared.generation.items = done.prompt, done.items
         # The compacted state holds the compaction item, the output's first.
         self.prepared = dataclasses.replace(prepared, rendered=done.rendered, rendered_output=1)
-        return compaction.Step(events=self.builder.add_item(done.item), usage=done.usage)
+        ended = [self.builder.emit_done(done.item)] if plan.triggered else self.builder.add_item(done.item)
+        return compaction.Step(events=ended, usage=done.usage)
 
     def _generation(self) -> Generation:
         prepared = self.prepared

@@ -78,6 +78,64 @@ def check_request(request: CreateRequest, *, websocket: bool) -> None:
     _check_text(request.text)
     _check_reasoning(request.reasoning)
     _check_context_management(request.context_management)
+    _check_prompt_cache(request)
+    _check_multi_agent(request.multi_agent)
+
+
+# `prompt_cache_options` (protocol.md §1.12): accepted and echoed. hotloop's caches (a chain's rendered tokens, the
+# content-addressed token cache, an engine's prefix cache) are exact-prefix and always on, bounded by bytes rather
+# than time: `mode`, `ttl` and `prompt_cache_breakpoint`s change nothing there (docs/api.md, "Prompt caching").
+_CACHE_MODES = ("implicit", "explicit")
+_CACHE_TTLS = ("30m", "12h")
+_RETENTIONS = ("in_memory", "in-memory", "24h")
+
+
+def _check_prompt_cache(request: CreateRequest) -> None:
+    options = request.prompt_cache_options
+    if options is not None:
+        _one_of(options.get("mode"), _CACHE_MODES, "prompt_cache_options.mode")
+        _one_of(options.get("ttl"), _CACHE_TTLS, "prompt_cache_options.ttl")
+        if not isinstance(options.get("prewarm"), bool | None):
+            raise InvalidParam(
+                "prompt_cache_options.prewarm must be a boolean.",
+                param="prompt_cache_options.prewarm",
+                code="invalid_type",
+            )
+        if not isinstance(options.get("comparison_response_id"), str | None):
+            raise InvalidParam(
+                "prompt_cache_options.comparison_response_id must be a string.",
+                param="prompt_cache_options.comparison_response_id",
+                code="invalid_type",
+            )
+    _one_of(request.prompt_cache_retention, _RETENTIONS, "prompt_cache_retention")
+
+
+def _one_of(value: object, allowed: tuple[str, ...], param: str) -> None:
+    if value is not None and value not in allowed:
+        wanted = ", ".join(f"'{option}'" for option in allowed)
+        raise InvalidParam(f"Invalid value for '{param}': {value!r}; expected one of {wanted}.", param=param)
+
+
+def _check_multi_agent(config: dict[str, Any] | None) -> None:
+    """`multi_agent` is never ignored (protocol.md §1.12): a bad shape is 400, and `enabled: true` is refused by
+    name until this server runs multi-agent responses (issue 37)."""
+    if config is None:
+        return
+    enabled = config.get("enabled")
+    if not isinstance(enabled, bool):
+        raise InvalidParam("multi_agent.enabled must be a boolean.", param="multi_agent.enabled", code="invalid_type")
+    limit = config.get("max_concurrent_subagents")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise InvalidParam(
+            "multi_agent.max_concurrent_subagents must be a positive integer.",
+            param="multi_agent.max_concurrent_subagents",
+        )
+    if enabled:
+        raise UnsupportedParam(
+            "multi_agent is not supported by this server yet: a multi-agent response (subagents, response.inject) "
+            "cannot be run.",
+            param="multi_agent",
+        )
 
 
 def check_metadata(metadata: dict[str, object] | None) -> None:

@@ -19,6 +19,7 @@ from hotloop.ids import new_id
 from hotloop.wire import events as ev
 from hotloop.wire.events import Event, encode_event
 from hotloop.wire.items import (
+    Compaction,
     CustomToolCall,
     FunctionCall,
     McpApprovalRequest,
@@ -250,6 +251,8 @@ class ResponseBuilder(McpBuilder):
             return self._close_mcp(item, text, status)
         if isinstance(item, _Writing):
             return self._close_typed(item, text, status)
+        if isinstance(item, Compaction):
+            return []  # a compaction that failed has nothing to carry: it is dropped (the response fails)
         index = self._index
         out: list[Event] = []
         assert item.id is not None
@@ -362,6 +365,10 @@ class ResponseBuilder(McpBuilder):
     def timing_metrics(self, timings: dict[str, float]) -> Event:
         """The opt-in `hotloop:timing_metrics` extension event (stage timings in ms), before the terminal one."""
         return self._emit(ev.TimingMetrics, response_id=self.response.id, timings=timings)
+
+    def compacting(self, item_id: str) -> Event:
+        """`response.compaction.compacting`: the compaction item `item_id`, next in the output, is being made."""
+        return self._emit(ev.CompactionCompacting, item_id=item_id, output_index=self._index)
 
     def add_item(self, item: OutputItem) -> list[Event]:
         """A whole item at once (a compaction): `output_item.added` and `.done`, the item as given."""

@@ -213,6 +213,13 @@ class StreamError(_Event, tag="error"):
     error: ErrorBody
 
 
+class CompactionCompacting(_Event, tag="response.compaction.compacting"):
+    """A `compaction_trigger`'s summary is being sampled (protocol.md §1.12): no summary content."""
+
+    item_id: str
+    output_index: int
+
+
 class SteerAccepted(_Event, tag="response.steer.accepted"):
     steer: dict[str, Any]  # {id, previous_response_id}
 

@@ -49,6 +49,8 @@ class CreateRequest(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=T
     metadata: dict[str, Any] | None = None
     prompt_cache_key: str | None = None
     prompt_cache_options: dict[str, Any] | None = None
+    prompt_cache_retention: str | None = None  # deprecated upstream for prompt_cache_options.ttl
+    multi_agent: dict[str, Any] | None = None  # {enabled, max_concurrent_subagents} (protocol.md §1.12)
     safety_identifier: str | None = None
     service_tier: str | None = None
     user: str | None = None

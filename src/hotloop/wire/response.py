@@ -91,6 +91,8 @@ class Response(msgspec.Struct, kw_only=True):
     metadata: dict[str, str] = msgspec.field(default_factory=dict)
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None  # as the request gave it, `mode` and `ttl` filled in
+    prompt_cache_retention: str | None = None
     user: str | None = None
     conversation: dict[str, str] | None = None  # {"id": "conv_…"} when created in a conversation
 
