@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,13 +28,12 @@ import pytest
 
 import hotloop.pipeline.prepare as turn_module
 from conftest import start_server
-from hotloop.wire.request import CreateRequest, decode_item
+from hotloop.wire.request import CreateRequest
 from metrics_support import Scrape, metrics_url
+from npm_support import NPM_TIMEOUT_S, events_of, input_items, npm_installed, run_cli
 
 CLINE_DIR = Path(__file__).parent / "cline"
-CLINE_BIN = CLINE_DIR / "node_modules" / ".bin" / "cline"
 CLINE_TIMEOUT_S = 90
-NPM_TIMEOUT_S = 300
 API_KEY = "hotloop-cline-test-key"
 COMMANDS = 2  # sim_tool_calls: shell commands before the answer
 # What Cline 3.0.65 sends on every request with openai-native, whatever the task: hosted tools hotloop does not run.
@@ -49,17 +46,7 @@ HOSTED = {
 @pytest.fixture(scope="session")
 def cline_bin() -> Path:
     """The pinned Cline CLI, installed by npm into tests/cline on first use (never globally)."""
-    if not CLINE_BIN.exists():
-        npm = shutil.which("npm")
-        assert npm is not None, "npm is needed to install the Cline CLI (tests/cline/package.json)"
-        subprocess.run(
-            [npm, "install", "--prefix", str(CLINE_DIR), "--no-audit", "--no-fund"],
-            check=True,
-            timeout=NPM_TIMEOUT_S,
-            stdin=subprocess.DEVNULL,
-        )
-    assert CLINE_BIN.exists(), f"npm did not install {CLINE_BIN}"
-    return CLINE_BIN
+    return npm_installed(CLINE_DIR, "cline")
 
 
 @pytest.fixture
@@ -81,30 +68,7 @@ def run_cline(cline: Path, home: Path, work: Path, *args: str) -> str:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "CLINE_"))}
     # --data-dir keeps Cline on its local backend already; this says so even for `auth`.
     env.update({"HOME": str(home), "CLINE_SESSION_BACKEND_MODE": "local", "NO_COLOR": "1"})
-    result = subprocess.run(
-        [str(cline), *args],
-        env=env,
-        cwd=work,
-        capture_output=True,
-        text=True,
-        timeout=CLINE_TIMEOUT_S,
-        stdin=subprocess.DEVNULL,
-    )
-    report = f"cline exit {result.returncode}\nstdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}"
-    assert result.returncode == 0, report
-    return result.stdout
-
-
-def events_of(stdout: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-
-
-def input_items(request: CreateRequest) -> list[dict[str, Any]]:
-    """The request's input items as JSON objects (the pipeline keeps each one raw until it normalizes it)."""
-    if not isinstance(request.input, list):
-        return []
-    items = [decode_item(item) for item in request.input]
-    return [item for item in items if isinstance(item, dict)]
+    return run_cli("cline", [str(cline), *args], env, work, CLINE_TIMEOUT_S)
 
 
 @pytest.mark.timeout(2 * CLINE_TIMEOUT_S + NPM_TIMEOUT_S)

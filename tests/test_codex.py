@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,15 +29,14 @@ import hotloop.pipeline.prepare as turn_module
 from conftest import RunningServer, start_server
 from hotloop.config import Upstream
 from hotloop.observability.logs import RequestIds
-from hotloop.wire.request import CreateRequest, decode_item
+from hotloop.wire.request import CreateRequest
 from metrics_support import Scrape, metrics_url
+from npm_support import NPM_TIMEOUT_S, events_of, input_items, npm_installed, run_cli
 from render_support import harmony_tokenizer_file
 from simengine_support import SimEngineProcess
 
 CODEX_DIR = Path(__file__).parent / "codex"
-CODEX_BIN = CODEX_DIR / "node_modules" / ".bin" / "codex"
 CODEX_TIMEOUT_S = 60
-NPM_TIMEOUT_S = 300
 API_KEY_ENV = "HOTLOOP_CODEX_TEST_KEY"
 COMMANDS = 2  # sim_tool_calls: shell commands before the answer
 
@@ -61,17 +58,7 @@ model_catalog_url = "{base_url}/models"
 @pytest.fixture(scope="session")
 def codex_bin() -> Path:
     """The pinned Codex CLI, installed by npm into tests/codex on first use (never globally)."""
-    if not CODEX_BIN.exists():
-        npm = shutil.which("npm")
-        assert npm is not None, "npm is needed to install the Codex CLI (tests/codex/package.json)"
-        subprocess.run(
-            [npm, "install", "--prefix", str(CODEX_DIR), "--no-audit", "--no-fund"],
-            check=True,
-            timeout=NPM_TIMEOUT_S,
-            stdin=subprocess.DEVNULL,
-        )
-    assert CODEX_BIN.exists(), f"npm did not install {CODEX_BIN}"
-    return CODEX_BIN
+    return npm_installed(CODEX_DIR, "codex")
 
 
 class Seen:
@@ -127,24 +114,7 @@ def run_codex(
         str(work),
         "List the files in this directory.",
     ]
-    result = subprocess.run(
-        command, env=env, cwd=work, capture_output=True, text=True, timeout=CODEX_TIMEOUT_S, stdin=subprocess.DEVNULL
-    )
-    report = f"codex exit {result.returncode}\nstdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}"
-    assert result.returncode == 0, report
-    return result.stdout
-
-
-def events_of(stdout: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-
-
-def input_items(request: CreateRequest) -> list[dict[str, Any]]:
-    """The request's input items as JSON objects (the pipeline keeps each one raw until it normalizes it)."""
-    if not isinstance(request.input, list):
-        return []
-    items = [decode_item(item) for item in request.input]
-    return [item for item in items if isinstance(item, dict)]
+    return run_cli("codex", command, env, work, CODEX_TIMEOUT_S)
 
 
 @pytest.mark.timeout(CODEX_TIMEOUT_S + NPM_TIMEOUT_S)

@@ -330,6 +330,29 @@ def test_vllms_structured_outputs_constrain_its_text(engine: Engine) -> None:
             assert matches(matcher, text), text
 
 
+def forced_custom_call(
+    http: httpx.Client, engine: Engine, tool: dict[str, Any], ask: str, budget: int
+) -> tuple[dict[str, Any], str]:
+    """A `tokens` turn forced to call the custom `tool` at temperature 0: its one completed call, and what vLLM
+    logged meanwhile (its request's structured_outputs among it)."""
+    body = {
+        "model": "tokens",
+        "input": ask,
+        "tools": [tool],
+        "tool_choice": {"type": "custom", "name": tool["name"]},
+        "temperature": 0,
+        "max_output_tokens": budget,
+    }
+    offset = len(engine.log_text())
+    reply = http.post("/responses", json=body)
+    assert reply.status_code == 200, reply.text
+    response = reply.json()
+    made = [item for item in response["output"] if item["type"] == "custom_tool_call"]
+    assert response["status"] == "completed" and len(made) == 1, response
+    assert made[0]["name"] == tool["name"] and made[0]["status"] == "completed", made[0]
+    return made[0], engine.log_text()[offset:]
+
+
 def test_a_custom_tools_grammar_reaches_vllm_through_tokens(http: httpx.Client, engine: Engine) -> None:
     """hotloop sends a forced custom tool's regex to vLLM (the call's JSON schema, the regex as the input's
     `pattern`: docs/backends.md, Grammars on `tokens` upstreams) and vLLM decodes under it."""
@@ -341,22 +364,10 @@ def test_a_custom_tools_grammar_reaches_vllm_through_tokens(http: httpx.Client, 
         "description": "Open a support ticket.",
         "format": {"type": "grammar", "syntax": "regex", "definition": regex},
     }
-    body = {
-        "model": "tokens",
-        "input": "The printer on floor two is broken again. Please open a ticket.",
-        "tools": [ticket],
-        "tool_choice": {"type": "custom", "name": "open_ticket"},
-        "temperature": 0,
-        "max_output_tokens": 96,
-    }
-    offset = len(engine.log_text())
-    reply = http.post("/responses", json=body)
-    assert reply.status_code == 200, reply.text
-    assert regex in engine.log_text()[offset:]  # vLLM logged the request's structured_outputs with it
-    response = reply.json()
-    made = [item for item in response["output"] if item["type"] == "custom_tool_call"]
-    assert response["status"] == "completed" and len(made) == 1, response
-    assert made[0]["name"] == "open_ticket" and re.fullmatch(regex, made[0]["input"]), made[0]
+    ask = "The printer on floor two is broken again. Please open a ticket."
+    call, logged = forced_custom_call(http, engine, ticket, ask, 96)
+    assert regex in logged  # vLLM logged the request's structured_outputs with it
+    assert re.fullmatch(regex, call["input"]), call
 
 
 def test_a_forced_custom_tools_lark_grammar_holds_vllms_hermes_call(http: httpx.Client, engine: Engine) -> None:
@@ -369,24 +380,11 @@ def test_a_forced_custom_tools_lark_grammar_holds_vllms_hermes_call(http: httpx.
     lark += 'op: "*** Add File: " NAME LF ("+" LINE LF)~1..3\n'
     lark += "NAME: /[a-z_]{1,20}\\.txt/\nLINE: /[a-z ]{0,30}/\n%import common.LF\n"
     edit = {"type": "custom", "name": "edit", "format": {"type": "grammar", "syntax": "lark", "definition": lark}}
-    body = {
-        "model": "tokens",
-        "input": "Create notes.txt saying hello.",
-        "tools": [edit],
-        "tool_choice": {"type": "custom", "name": "edit"},
-        "temperature": 0,
-        "max_output_tokens": 200,
-    }
-    offset = len(engine.log_text())
-    reply = http.post("/responses", json=body)
-    assert reply.status_code == 200, reply.text
-    assert "root ::=" in engine.log_text()[offset:]  # vLLM logged the request's structured_outputs grammar
-    response = reply.json()
-    made = [item for item in response["output"] if item["type"] == "custom_tool_call"]
-    assert response["status"] == "completed" and len(made) == 1, response
+    call, logged = forced_custom_call(http, engine, edit, "Create notes.txt saying hello.", 200)
+    assert "root ::=" in logged  # vLLM logged the request's structured_outputs grammar
     matcher = compile_grammar(Grammar(syntax="lark", definition=lark))
     assert not isinstance(matcher, str), matcher
-    assert made[0]["status"] == "completed" and matches(matcher, made[0]["input"]), made[0]
+    assert matches(matcher, call["input"]), call
 
 
 @pytest.mark.parametrize("model", MODELS)
