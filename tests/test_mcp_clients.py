@@ -339,7 +339,8 @@ def test_smollm2_calls_the_forced_tool_and_generates_again(http: httpx.Client, m
     first = response["output"][1]
     assert first["type"] == "mcp_call" and first["name"] == "echo" and first["status"] == "completed", first
     assert first["output"] == json.loads(first["arguments"])["text"]
-    assert mcp_server.counts.method("tools/call") == len(of_type(response, "mcp_call")) >= 1
+    run = [call for call in of_type(response, "mcp_call") if call["status"] != "incomplete"]  # not one cut short
+    assert mcp_server.counts.method("tools/call") == len(run) >= 1
     # A further generation after the call (its output after the call's item), within the response's bound.
     assert len(response["output"]) > 2, response["output"]
     usage = response["usage"]

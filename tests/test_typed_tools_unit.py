@@ -216,9 +216,10 @@ def test_as_calls_lowers_typed_items_in_a_context() -> None:
     "kind", ["file_search", "code_interpreter", "image_generation", "programmatic_tool_calling", "teleport"]
 )
 def test_tools_hotloop_does_not_run_are_refused(kind: str) -> None:
+    """Refused by name unless `drop_tool_types` lists them (image_generation is by default: Cline always sends it)."""
     tools = [{"type": "function", "name": "f"}, {"type": kind}]
     with pytest.raises(HotloopError) as info:
-        resolve_tools(tools)
+        resolve_tools(tools, drop=("web_search",))
     assert (info.value.status, info.value.code, info.value.param) == (400, "unsupported_tool", "tools[1].type")
 
 

@@ -143,6 +143,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     mcp_max_output_bytes: int = 1 * MiB
     mcp_session_idle_s: float = 300.0
     mcp_max_calls: int = 64
+    # A custom tool's grammar still compiling after this is refused (pipeline/grammars.py): a hostile grammar
+    # holds one compile slot this long at the door, never the event loop.
+    grammar_compile_timeout_s: float = 2.0
     mcp_client: Literal["lean", "sdk"] = "lean"
     # Tool types left out of a request instead of refused (protocol.md §1.4): hosted tools this server does not run
     # that unmodified clients always send (DEFAULT_DROPPED_TOOL_TYPES).
@@ -264,6 +267,8 @@ HELP: dict[str, str] = {
     "key and set of types) and counted per turn in hotloop_tools_dropped_total.",
     "mcp_max_output_bytes": "An MCP tool's output beyond this many bytes is cut, with a note saying so.",
     "mcp_session_idle_s": "An MCP session unused this long is closed.",
+    "grammar_compile_timeout_s": "Longest a custom tool's grammar may compile when a request first brings it; past "
+    "it the request is 400 naming the grammar, and the same grammar is refused at once later.",
     "mcp_max_calls": "Most MCP calls and server-run tool searches in one response when the request sets no "
     "max_tool_calls.",
     "mcp_client": "The client for streamable HTTP MCP servers: lean (hotloop's own, on its keep-alive HTTP/1.1 "

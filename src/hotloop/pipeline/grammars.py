@@ -15,7 +15,7 @@ from hotloop.tools.grammar import Grammar, InputCheck, compile_grammar
 from hotloop.tools.spec import ToolSpec
 from hotloop.wire.builder import InputChecks
 
-COMPILE_TIMEOUT_S = 2.0  # a grammar still compiling after this is refused, and refused again later
+COMPILE_TIMEOUT_S = 2.0  # the default: a grammar still compiling after this is refused, and again later
 QUEUE_TIMEOUT_S = 10.0  # waiting for a free compile slot: past it the request is refused, the server being busy
 WORKERS = 4  # compiles at once; the rest wait their turn (a hostile grammar holds one slot, not the server)
 SLOW_REMEMBERED = 1024

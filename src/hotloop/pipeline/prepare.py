@@ -73,7 +73,7 @@ async def start_turn(
         if tools is None:  # resolved once per chain: its grammars compiled then (and kept, tools/grammar.py)
             tools = _resolved(request, service)
             if tools.grammars:
-                await check_grammars(tools.grammars)
+                await check_grammars(tools.grammars, service.settings.grammar_compile_timeout_s)
         where = endpoints(tools, service.settings) if tools.mcp else {}
         prior.check(fresh)
         call_ids = check_new_items(fresh, prior.call_ids, service.secret, offset=prior.skip)
