@@ -39,8 +39,11 @@ EXTENSION_EVENTS = frozenset(
         "response.shell_call_command.added",
         "response.shell_call_command.delta",
         "response.shell_call_command.done",
-        # A compaction_trigger's compaction under way (protocol.md §1.12): OpenAI's event, which OR does not define.
+        # A compaction_trigger's compaction under way, an inject's replies (protocol.md §1.12): OpenAI's events,
+        # which OR does not define.
         "response.compaction.compacting",
+        "response.inject.created",
+        "response.inject.failed",
     }
 )
 # Output item types OR has no schema for (its `ItemField` is message, function call and output, reasoning,

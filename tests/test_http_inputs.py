@@ -458,7 +458,6 @@ def test_prompt_cache_options_and_breakpoints_are_accepted_and_echoed(server: Ru
         ("prompt_cache_retention", "forever", "prompt_cache_retention"),
         ("multi_agent", {"enabled": "yes"}, "multi_agent.enabled"),
         ("multi_agent", {"enabled": False, "max_concurrent_subagents": 0}, "multi_agent.max_concurrent_subagents"),
-        ("multi_agent", {"enabled": True}, "multi_agent"),  # never ignored: refused by name until it runs
     ],
 )
 def test_bad_cache_options_and_multi_agent_are_400s_naming_them(

@@ -143,6 +143,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     mcp_max_output_bytes: int = 1 * MiB
     mcp_session_idle_s: float = 300.0
     mcp_max_calls: int = 64
+    # How long a multi-agent response waits on WebSocket for `response.inject` outputs before it ends with its
+    # calls unanswered (pipeline/inject.py); 0: no bound but the connection's own.
+    ws_inject_wait_s: float = 600.0
     # A custom tool's grammar still compiling after this is refused (pipeline/grammars.py): a hostile grammar
     # holds one compile slot this long at the door, never the event loop.
     grammar_compile_timeout_s: float = 2.0
@@ -269,6 +272,9 @@ HELP: dict[str, str] = {
     "mcp_session_idle_s": "An MCP session unused this long is closed.",
     "grammar_compile_timeout_s": "Longest a custom tool's grammar may compile when a request first brings it; past "
     "it the request is 400 naming the grammar, and the same grammar is refused at once later.",
+    "ws_inject_wait_s": "Longest a multi-agent response (multi_agent.enabled, WebSocket) waits for response.inject "
+    "outputs for its client's calls; then it ends completed with the calls unanswered, as a response over HTTP does "
+    "(0: no bound but the connection's age limit).",
     "mcp_max_calls": "Most MCP calls and server-run tool searches in one response when the request sets no "
     "max_tool_calls.",
     "mcp_client": "The client for streamable HTTP MCP servers: lean (hotloop's own, on its keep-alive HTTP/1.1 "

@@ -21,6 +21,7 @@ from hotloop.observability.timings import StageTimings
 from hotloop.observability.tracing import ResponseTrace
 from hotloop.pipeline import compaction
 from hotloop.pipeline.grammars import check_grammars
+from hotloop.pipeline.inject import multi_agent
 from hotloop.pipeline.inputs import Inputs, gather, match_resent, remember
 from hotloop.pipeline.mcp.approvals import approved_calls
 from hotloop.pipeline.mcp.listing import endpoints, offer
@@ -81,7 +82,8 @@ async def start_turn(
         added(fresh, "input")
         approved = approved_calls(prior.context, fresh)
     mcp: McpTurn | None = None
-    if _searches(tools) and not (tools.mcp or approved):  # the server runs the searches between generations
+    waits = options.websocket and multi_agent(request)  # it may wait for injected outputs between generations
+    if (_searches(tools) or waits) and not (tools.mcp or approved):  # the server runs steps between generations
         mcp = McpTurn({}, [], [], _context(inputs) if model.style.tokens else ())
     if tools.mcp or approved:
         context = _context(inputs)

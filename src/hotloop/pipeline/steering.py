@@ -19,6 +19,7 @@ may carry, and the creates it makes. Which reply a steer gets is decided by the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -27,7 +28,7 @@ from hotloop.errors import HotloopError
 from hotloop.ids import new_id
 from hotloop.pipeline.normalize import normalize_item
 from hotloop.tools.registry import OUTPUT_OF, answered, pair
-from hotloop.wire.items import OutputItem
+from hotloop.wire.items import ResponseItem
 from hotloop.wire.request import CreateRequest
 
 MAX_PENDING = 4  # steers waiting for one response
@@ -119,7 +120,7 @@ def check_room(waiting: list[Steer]) -> None:
         raise SteerRefused("too_many_pending_steers", f"{MAX_PENDING} steers already wait for this response.")
 
 
-def required_input(output: list[OutputItem]) -> list[dict[str, Any]]:
+def required_input(output: Sequence[ResponseItem]) -> list[dict[str, Any]]:
     """Stubs of the tool outputs a response's calls wait for (the client fills in `output`)."""
     done = answered(output)  # a search the server ran is answered in the output itself
     stubs = []

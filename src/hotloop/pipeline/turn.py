@@ -14,14 +14,18 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncGenerator, Callable
 
+import msgspec
+
 from hotloop import sealing
 from hotloop.backends.base import GenerationRequest
+from hotloop.errors import InvalidParam
 from hotloop.observability.timings import StageTimings
 from hotloop.pipeline import compaction
 from hotloop.pipeline.finish import finish, finish_cancelled, log_finished
 from hotloop.pipeline.generate import BLOCKED, Generation, Outcome
 from hotloop.pipeline.grammars import input_checks
-from hotloop.pipeline.mcp.steps import Steps
+from hotloop.pipeline.inject import ROOT, Inbox, multi_agent
+from hotloop.pipeline.mcp.steps import Steps, Waits
 from hotloop.pipeline.prepared import Prepared, TurnOptions
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Lane, Session
@@ -42,6 +46,7 @@ class Turn:
         self.session = session
         self.prepared = prepared
         self.options = options
+        self.multi_agent = multi_agent(prepared.request)
         self.builder = ResponseBuilder(
             prepared.response,
             options.stream_id,
@@ -49,7 +54,11 @@ class Turn:
             _sealer(service, prepared.request),
             typed=build_call,
             checks=input_checks([*prepared.tools.specs, *prepared.tools.deferred]),
+            agent=ROOT if self.multi_agent else None,
         )
+        # A multi-agent response waits for its client's tool outputs on WebSocket (pipeline/inject.py); over HTTP
+        # it ends at the client's call, as any response does.
+        self.inbox = Inbox() if self.multi_agent and options.websocket else None
         self.generate = prepared.request.generate is not False and not _prewarm(prepared.request)
         # Steers accepted for this response; the first `_acked` were acknowledged in its own event sequence.
         self._steers: list[Steer] = []
@@ -77,6 +86,8 @@ class Turn:
         check_room(self._steers)
         self._steers.append(steer)
         self._steered.set()
+        if self.inbox is not None:
+            self.inbox.wake()  # a response waiting for tool outputs ends, steered
 
     @property
     def steers(self) -> tuple[Steer, ...]:
@@ -86,6 +97,24 @@ class Turn:
         """The steers that came too late for the response's own stream; the transport acknowledges them."""
         late = self._steers[self._acked :]
         self._acked = len(self._steers)
+        return late
+
+    def inject(self, raw: list[msgspec.Raw]) -> bool:
+        """Tool outputs for the calls this response waits for (`response.inject`): committed now, and acknowledged
+        in its stream (True), or kept for a failure once it has ended (False, `late_injects`). Raises
+        `InvalidParam` for a response that takes none or a batch that answers no waiting call: nothing is kept."""
+        if self.inbox is None:
+            raise InvalidParam(
+                f"Response '{self.response.id}' takes no injected input: it is not a multi-agent response.",
+                param="response_id",
+            )
+        return self.inbox.offer(raw, self.builder.response.output, self.service.secret)
+
+    def late_injects(self) -> list[list[msgspec.Raw]]:
+        """The injects that came once the response was ending, taken once: the transport fails them."""
+        if self.inbox is None:
+            return []
+        late, self.inbox.late = self.inbox.late, []
         return late
 
     def cut(self, error: ErrorInfo) -> None:
@@ -140,6 +169,8 @@ class Turn:
             except (asyncio.CancelledError, GeneratorExit):
                 self._ending = await asyncio.shield(self._finish_cancelled())
                 raise
+            for event in self._rest_injected():
+                yield event
             for steer in self.late_steers():  # acknowledged in order, before the terminal event
                 yield self.builder.steer_accepted(steer.id)
             for event in await self._finish(outcome):
@@ -234,10 +265,23 @@ class Turn:
         """The generations and the server's MCP calls between them (mcp/steps.py); `_looped` is how they ended."""
         prepared = self.prepared
         steps = Steps.of(self.service, prepared, self.session.owner)
-        async for event in steps.run(self.builder, generation, self._step_generation, congested, self._steered):
+        waits = Waits(self.inbox, self.service.settings.ws_inject_wait_s) if self.inbox is not None else None
+        async for event in steps.run(self.builder, generation, self._step_generation, congested, self._steered, waits):
             yield event
         self._looped = steps.outcome
         self.prepared = dataclasses.replace(prepared, rendered=steps.rendered, rendered_output=steps.rendered_output)
+
+    def _rest_injected(self) -> list[Event]:
+        """The inbox closes: an inject committed but not yet taken (the last generation failed, or was steered) is
+        still acknowledged and its outputs kept; one that comes later is failed once the response has ended."""
+        if self.inbox is None:
+            return []
+        events: list[Event] = []
+        for batch in self.inbox.close():
+            events.append(self.builder.inject_created())
+            for item in batch:
+                events += self.builder.add_item(item)
+        return events
 
     def _step_generation(self, request: GenerationRequest) -> Generation:
         """A later step's generation, on its own clock: the turn's `ttft` is its first generation's."""

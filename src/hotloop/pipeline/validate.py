@@ -117,8 +117,7 @@ def _one_of(value: object, allowed: tuple[str, ...], param: str) -> None:
 
 
 def _check_multi_agent(config: dict[str, Any] | None) -> None:
-    """`multi_agent` is never ignored (protocol.md §1.12): a bad shape is 400, and `enabled: true` is refused by
-    name until this server runs multi-agent responses (issue 37)."""
+    """`multi_agent` is never ignored (protocol.md §1.12): a bad shape is 400 naming the field."""
     if config is None:
         return
     enabled = config.get("enabled")
@@ -129,12 +128,6 @@ def _check_multi_agent(config: dict[str, Any] | None) -> None:
         raise InvalidParam(
             "multi_agent.max_concurrent_subagents must be a positive integer.",
             param="multi_agent.max_concurrent_subagents",
-        )
-    if enabled:
-        raise UnsupportedParam(
-            "multi_agent is not supported by this server yet: a multi-agent response (subagents, response.inject) "
-            "cannot be run.",
-            param="multi_agent",
         )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -29,6 +29,7 @@ from hotloop.wire.items import (
     OutputText,
     Reasoning,
     ReasoningText,
+    ResponseItem,
 )
 from hotloop.wire.mcp_builder import McpBuilder
 from hotloop.wire.response import ErrorInfo, IncompleteDetails, Response, Usage
@@ -81,7 +82,7 @@ REASONING_EVENTS: dict[str, tuple[type[ev._ReasoningDelta], type[ev._ReasoningDo
 
 
 # The event of a piece of a call's arguments (or a custom tool's input), by the open item's type.
-_CALL_DELTAS: dict[type[OutputItem], type[ev._Event]] = {
+_CALL_DELTAS: dict[type[Any], type[ev._Event]] = {
     FunctionCall: ev.FunctionCallArgumentsDelta,
     CustomToolCall: ev.CustomToolCallInputDelta,
     McpCall: ev.McpCallArgumentsDelta,
@@ -97,8 +98,11 @@ class ResponseBuilder(McpBuilder):
         seal: Callable[[str], str] | None = None,
         typed: CallBuilder | None = None,
         checks: InputChecks | None = None,
+        agent: dict[str, str] | None = None,
     ) -> None:
         self.response = response
+        self._agent = agent  # a multi-agent response's: on each item it makes (protocol.md §1.12)
+        self._ending = False  # `close()` has begun: the item it closes is the response's last
         self._typed = typed
         self._checks = checks
         self._check: InputCheck | None = None  # the open custom call's, when its tool has a grammar
@@ -108,7 +112,7 @@ class ResponseBuilder(McpBuilder):
             seal  # `include: ["reasoning.encrypted_content"]`: a finished reasoning item carries its text sealed
         )
         self._seq = 0
-        self._open: OutputItem | _Writing | None = None
+        self._open: ResponseItem | _Writing | None = None
         self._text: list[str] = []
         self._init_mcp()
 
@@ -173,9 +177,10 @@ class ResponseBuilder(McpBuilder):
     def _open_message(self) -> list[Event]:
         return self.open_item(Message(role="assistant", content=[], id=new_id("msg"), status="in_progress"))
 
-    def open_item(self, item: OutputItem) -> list[Event]:
+    def open_item(self, item: ResponseItem) -> list[Event]:
         """Start an output item (status `in_progress`, empty text): `output_item.added`, and for a message its
         `content_part.added`. Deltas then fill it; the next item, or `close()`, ends it."""
+        item = self._agent_of(item)
         self._open = item
         self._text = []
         out = [self._emit(ev.OutputItemAdded, output_index=self._index, item=item)]
@@ -269,7 +274,7 @@ class ResponseBuilder(McpBuilder):
                 )
             )
             out.append(self._emit(ev.ContentPartDone, item_id=item.id, output_index=index, content_index=0, part=part))
-            done: OutputItem = msgspec.structs.replace(item, content=[part], status=status)
+            done: ResponseItem = msgspec.structs.replace(item, content=[part], status=status, phase=self._phase())
         elif isinstance(item, FunctionCall):
             out.append(
                 self._emit(
@@ -338,6 +343,7 @@ class ResponseBuilder(McpBuilder):
         The two steps are apart so that the caller can persist the final state first and still turn the
         response into a failure if that does not work.
         """
+        self._ending = True
         if status == "cancelled":
             # Only the items finished so far are kept (protocol.md §3.11); the open one was cut off.
             self._open = None
@@ -366,15 +372,32 @@ class ResponseBuilder(McpBuilder):
         """The opt-in `hotloop:timing_metrics` extension event (stage timings in ms), before the terminal one."""
         return self._emit(ev.TimingMetrics, response_id=self.response.id, timings=timings)
 
+    def _phase(self) -> str | None:
+        """A multi-agent response's message says what it is (openai-python's `phase`; the Agents SDK keeps only the
+        root's `final_answer`): one the response ends with is the final answer, one a call follows commentary."""
+        if self._agent is None:
+            return None
+        return "final_answer" if self._ending else "commentary"
+
+    def _agent_of(self, item: ResponseItem) -> ResponseItem:
+        if self._agent is None or getattr(item, "agent", False) is not None:
+            return item  # no agent to name, or an item without the field, or one that names its own
+        return msgspec.structs.replace(item, agent=self._agent)
+
+    def inject_created(self) -> Event:
+        """`response.inject.created` in this response's own sequence: an inject's outputs were committed."""
+        return self._emit(ev.InjectCreated, response_id=self.response.id)
+
     def compacting(self, item_id: str) -> Event:
         """`response.compaction.compacting`: the compaction item `item_id`, next in the output, is being made."""
         return self._emit(ev.CompactionCompacting, item_id=item_id, output_index=self._index)
 
-    def add_item(self, item: OutputItem) -> list[Event]:
-        """A whole item at once (a compaction): `output_item.added` and `.done`, the item as given."""
-        return [*self.open_item(item), self.emit_done(item)]
+    def add_item(self, item: ResponseItem) -> list[Event]:
+        """A whole item at once (a compaction, an injected output): `output_item.added` and `.done`."""
+        added = self.open_item(item)
+        return [*added, self.emit_done(self._agent_of(item))]
 
-    def emit_done(self, item: OutputItem) -> Event:
+    def emit_done(self, item: ResponseItem) -> Event:
         """`output_item.done` for an item kept exactly as given (a replayed shape this builder never fills)."""
         self._open = None
         event = self._emit(ev.OutputItemDone, output_index=self._index, item=item)

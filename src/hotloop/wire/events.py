@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from hotloop.wire.items import OutputItem, OutputText, ReasoningText, Refusal
+from hotloop.wire.items import OutputText, ReasoningText, Refusal, ResponseItem
 from hotloop.wire.response import Response
 
 
@@ -46,12 +46,12 @@ class ResponseFailed(_Lifecycle, tag="response.failed"):
 
 class OutputItemAdded(_Event, tag="response.output_item.added"):
     output_index: int
-    item: OutputItem
+    item: ResponseItem
 
 
 class OutputItemDone(_Event, tag="response.output_item.done"):
     output_index: int
-    item: OutputItem
+    item: ResponseItem
 
 
 class ContentPartAdded(_Event, tag="response.content_part.added"):
@@ -233,6 +233,21 @@ class SteerPending(_Event, tag="response.steer.pending"):
 class SteerFailed(_Event, tag="response.steer.failed"):
     steer: dict[str, Any]
     error: dict[str, Any]
+
+
+class InjectCreated(_Event, tag="response.inject.created"):
+    """An inject's outputs were committed to the waiting response (protocol.md §1.12), in its own sequence."""
+
+    response_id: str
+
+
+class InjectFailed(_Event, tag="response.inject.failed"):
+    """An inject was not committed: `error.code` response_not_found or response_already_completed; `input` is the
+    uncommitted input, as sent."""
+
+    response_id: str
+    input: list[msgspec.Raw]
+    error: dict[str, str]
 
 
 class TimingMetrics(_Event, tag="hotloop:timing_metrics"):

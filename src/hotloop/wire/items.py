@@ -6,6 +6,7 @@ and cached as them, and encoded straight from them into events, response bodies 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -69,6 +70,7 @@ class Message(_Item, tag="message"):
     id: str | None = None
     status: ItemStatus | None = None
     phase: Literal["commentary", "final_answer"] | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 class FunctionCall(_Item, tag="function_call"):
@@ -78,6 +80,7 @@ class FunctionCall(_Item, tag="function_call"):
     id: str | None = None
     status: ItemStatus | None = None
     namespace: str | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 class FunctionCallOutput(_Item, tag="function_call_output"):
@@ -85,6 +88,7 @@ class FunctionCallOutput(_Item, tag="function_call_output"):
     output: str | list[InputPart]
     id: str | None = None
     status: ItemStatus | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 class CustomToolCall(_Item, tag="custom_tool_call"):
@@ -94,6 +98,7 @@ class CustomToolCall(_Item, tag="custom_tool_call"):
     id: str | None = None
     status: ItemStatus | None = None
     namespace: str | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 class CustomToolCallOutput(_Item, tag="custom_tool_call_output"):
@@ -101,6 +106,7 @@ class CustomToolCallOutput(_Item, tag="custom_tool_call_output"):
     output: str | list[InputPart]
     id: str | None = None
     status: ItemStatus | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 class Reasoning(_Item, tag="reasoning"):
@@ -111,6 +117,7 @@ class Reasoning(_Item, tag="reasoning"):
     content: list[ReasoningText] | None = None
     encrypted_content: str | None = None
     status: ItemStatus | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 class Compaction(_Item, tag="compaction"):
@@ -250,6 +257,9 @@ OutputItem = (
     | TypedCallItem
     | ToolSearchOutput
 )
+# What a response's `output` may hold: the model's items and, in a multi-agent response, the client's tool outputs
+# injected into it (`response.inject`, protocol.md §1.12), as openai-python's output union has them.
+ResponseItem = OutputItem | FunctionCallOutput | CustomToolCallOutput | TypedOutputItem
 
 
 def item_to_builtins(item: ContextItem) -> Any:
@@ -259,7 +269,7 @@ def item_to_builtins(item: ContextItem) -> Any:
     return msgspec.to_builtins(item)
 
 
-def output_text(items: list[OutputItem]) -> str:
+def output_text(items: Sequence[ResponseItem]) -> str:
     """The text of the assistant messages among `items` (the SDK's `output_text`)."""
     return "".join(
         part.text

@@ -20,7 +20,7 @@ import msgspec
 from hotloop.ids import new_id
 from hotloop.wire import events as ev
 from hotloop.wire.events import Event
-from hotloop.wire.items import McpApprovalRequest, McpCall, McpListTools, OutputItem
+from hotloop.wire.items import McpApprovalRequest, McpCall, McpListTools, ResponseItem
 from hotloop.wire.response import Response
 
 
@@ -32,7 +32,7 @@ class McpBuilder:
     _open: Any  # OutputItem | None, or the builder's own marker of a call being written
     _emit: Callable[..., Event]
     _close_item: Callable[[str], list[Event]]
-    open_item: Callable[[OutputItem], list[Event]]
+    open_item: Callable[[ResponseItem], list[Event]]
 
     def _init_mcp(self) -> None:
         self.needs_approval: frozenset[tuple[str, str]] = frozenset()
@@ -65,7 +65,7 @@ class McpBuilder:
         self._pending.append(index)
         return out
 
-    def _done(self, index: int, item: OutputItem) -> Event | None:
+    def _done(self, index: int, item: ResponseItem) -> Event | None:
         """The item ended at `index`: its `output_item.done`, or None while a call before it has not run (held
         for `_release`)."""
         if index == len(self.response.output):

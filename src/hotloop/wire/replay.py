@@ -39,12 +39,13 @@ from hotloop.wire.items import (
     OutputItem,
     OutputText,
     Reasoning,
+    ResponseItem,
 )
 from hotloop.wire.response import TERMINAL_STATUSES, Response
 from hotloop.wire.tool_items import ApplyPatchCall, ComputerCall, LocalShellCall, ShellCall
 
 
-def _replay_item(builder: ResponseBuilder, item: OutputItem) -> list[Event]:
+def _replay_item(builder: ResponseBuilder, item: ResponseItem) -> list[Event]:
     """The events of one stored item, opened with its stored ids; one delta for all of its text."""
     status = getattr(item, "status", None) or "completed"
     if isinstance(item, Message) and len(item.content) == 1 and isinstance(item.content[0], OutputText):

@@ -87,7 +87,15 @@ class ProcessedEvent(msgspec.Struct, tag_field="type", tag="response.processed",
     """Codex's acknowledgement of a response (§3.6): no reply."""
 
 
-ClientEvents = CreateEvent | AppendEvent | SteerEvent | ProcessedEvent
+class InjectEvent(msgspec.Struct, tag_field="type", tag="response.inject", forbid_unknown_fields=False):
+    """`response.inject` (protocol.md §1.12): client-owned tool outputs for a multi-agent response waiting on this
+    connection; the items stay raw (echoed byte for byte in a failure, normalized only when offered)."""
+
+    response_id: str
+    input: list[msgspec.Raw]
+
+
+ClientEvents = CreateEvent | AppendEvent | SteerEvent | ProcessedEvent | InjectEvent
 
 
 class InvalidCreate(Exception):
@@ -253,7 +261,9 @@ def _large_create_counts(data: bytes | str) -> None:
             raise InvalidCreate(exc) from None
 
 
-_KNOWN_EVENTS = frozenset({"response.create", "response.append", "response.steer", "response.processed"})
+_KNOWN_EVENTS = frozenset(
+    {"response.create", "response.append", "response.steer", "response.processed", "response.inject"}
+)
 
 
 def _classified(data: bytes | str, exc: msgspec.ValidationError) -> Exception:

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from hotloop.wire.items import OutputItem
+from hotloop.wire.items import ResponseItem
 
 ResponseStatus = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
 TERMINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
@@ -70,7 +70,7 @@ class Response(msgspec.Struct, kw_only=True):
     model: str
     previous_response_id: str | None = None
     instructions: str | None = None
-    output: list[OutputItem] = msgspec.field(default_factory=list)
+    output: list[ResponseItem] = msgspec.field(default_factory=list)
     usage: Usage | None = None
     tools: list[Any] = msgspec.field(default_factory=list)
     tool_choice: str | dict[str, Any] = "auto"

@@ -5,8 +5,9 @@ transport tells `ConnectionProtocol` what happened, one method per input, and pe
 
 Inputs:
 - `receive_frame(data)`: a client frame, decoded here once. A create or an append joins its lane (`Enqueue`); a
-  steer is answered (`Send`) or reaches the turn generating now; a bad frame gets an `error` (§3.10); past the queue
-  cap the connection closes 1008 (§3.9).
+  steer is answered (`Send`) or reaches the turn generating now; an inject (§1.12) reaches the multi-agent turn
+  waiting for its outputs, or is failed; a bad frame gets an `error` (§3.10); past the queue cap the connection
+  closes 1008 (§3.9).
 - `at_head(work)`: queued work reached the head of its lane: `Run` it, or answer it there (§3.9, §3.11).
 - `refused(run, exc)`, `started(run, turn)` (the `Stream` the transport counts sent events on), `ended(stream)`,
   `abandoned(stream)`: one run's life. Its end acknowledges the steers too late for its stream and starts their
@@ -43,18 +44,26 @@ from hotloop.pipeline.resolve import CONTINUABLE
 from hotloop.pipeline.state.drain import Drain
 from hotloop.pipeline.state.session import Lane, Session
 from hotloop.pipeline.steering import WAITING, Steer, SteerRefused, check_room, new_steer, successor, with_steers
-from hotloop.wire.events import SteerAccepted, SteerFailed, SteerPending, encode_event, websocket_error
+from hotloop.wire.events import (
+    InjectFailed,
+    SteerAccepted,
+    SteerFailed,
+    SteerPending,
+    encode_event,
+    websocket_error,
+)
 from hotloop.wire.request import (
     AppendEvent,
     CreateEvent,
     CreateRequest,
+    InjectEvent,
     InvalidCreate,
     ProcessedEvent,
     SteerEvent,
     decode_client_event,
 )
 
-SteerReply = SteerAccepted | SteerPending | SteerFailed
+SteerReply = SteerAccepted | SteerPending | SteerFailed | InjectFailed
 QUEUE_FULL = "too many queued response.create events"
 
 
@@ -103,6 +112,8 @@ class ConnectionProtocol:
                     return self._steer(steer)
                 case ProcessedEvent():
                     return []  # Codex's acknowledgement (§3.6): no reply
+                case InjectEvent() as inject:
+                    return self._inject(inject)
         except InvalidCreate as invalid:
             return self._invalid_create(invalid.error, data)
         except HotloopError as exc:
@@ -164,6 +175,32 @@ class ConnectionProtocol:
         if ended.status == "completed" or (ended.status == "incomplete" and not ended.steered):
             raise SteerRefused("response_already_completed", f"Response '{steer.target}' has already completed.")
         raise SteerRefused("response_not_active", f"Response '{steer.target}' is no longer accepting steering.")
+
+    # -- injected tool outputs (§1.12) ----------------------------------------------------------------------------
+
+    def _inject(self, event: InjectEvent) -> list[Action]:
+        """An inject reaches the turn running now synchronously, as a steer does: never through a lane, which the
+        waiting response holds; its acknowledgement is in that response's own stream. A bad batch is an `error`
+        (the response keeps waiting); a response no longer running fails it."""
+        target = event.response_id
+        stream = self.responses.running.get(target)
+        if stream is None:
+            ended = target in self.responses.ended
+            return [self._inject_failed(target, event.input, ended)]
+        try:
+            stream.turn.inject(event.input)  # False: too late for its stream, failed by `ended`
+        except HotloopError as exc:
+            return [self._error(exc, stream.lane)]
+        return []
+
+    def _inject_failed(self, target: str, raw: list[msgspec.Raw], ended: bool) -> Send:
+        if ended:
+            code, message = "response_already_completed", f"Response '{target}' has already completed."
+        else:
+            code, message = "response_not_found", f"Response '{target}' is not on this connection."
+        return self._reply(
+            InjectFailed, target, response_id=target, input=raw, error={"code": code, "message": message}
+        )
 
     def _continued(self, response_id: str | None) -> list[Steer]:
         """A create continues `response_id`: it waits for nothing more; the steers queued for it join the create."""
@@ -239,7 +276,8 @@ class ConnectionProtocol:
         ended = self.responses.end(stream)
         turn = stream.turn
         target = turn.response.id
-        actions: list[Action] = [self._reply(SteerAccepted, target, steer=s.ref()) for s in turn.late_steers()]
+        actions: list[Action] = [self._inject_failed(target, raw, True) for raw in turn.late_injects()]
+        actions += [self._reply(SteerAccepted, target, steer=s.ref()) for s in turn.late_steers()]
         steers = turn.steers
         if not steers:
             return actions
@@ -308,7 +346,7 @@ class ConnectionProtocol:
         return self._error(self.router.connection_limit_error(), lane)
 
     def _reply(self, kind: type[SteerReply], target: str | None, **fields: Any) -> Send:
-        """A steer reply outside the target's stream: the target's lane and its next number (§3.6)."""
+        """A steer or inject reply outside the target's stream: the target's lane and its next number (§3.6)."""
         lane, number = self.responses.reply_to(target)
         return Send(encode_event(kind(sequence_number=number, stream_id=lane, **fields)).data)
 

@@ -8,6 +8,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
+
 from hotloop.pipeline.resolve import CONTINUABLE
 from hotloop.pipeline.state.session import Lane
 from hotloop.pipeline.steering import Steer, required_input
@@ -29,6 +31,10 @@ class Steerable(Protocol):
     def steer(self, steer: Steer) -> None: ...
 
     def late_steers(self) -> list[Steer]: ...
+
+    def inject(self, raw: list[msgspec.Raw]) -> bool: ...
+
+    def late_injects(self) -> list[list[msgspec.Raw]]: ...
 
 
 class Stream:

@@ -22,12 +22,14 @@ from hotloop.chat.specs import ToolSpec
 from hotloop.errors import HotloopError
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
-from hotloop.pipeline.generate import Generation, Outcome
+from hotloop.pipeline.generate import BLOCKED, Generation, Outcome
+from hotloop.pipeline.inject import Inbox
 from hotloop.pipeline.mcp.calls import Calls
 from hotloop.pipeline.mcp.searches import Searches
 from hotloop.pipeline.prepared import Prepared
 from hotloop.pipeline.prompt import render_prompt
 from hotloop.pipeline.service import Service
+from hotloop.pipeline.steering import required_input
 from hotloop.safety.base import Finding
 from hotloop.safety.stage import SUMMARY_MAX
 from hotloop.tools.tool_search import SERVER_KIND
@@ -43,6 +45,42 @@ OUTPUT_SAFETY_KEY = "hotloop_safety_output"  # what the safety stage found in th
 def output_summary(findings: list[tuple[int, Finding]]) -> str:
     """The `hotloop_safety_output` value: `classifier:rule@i` per finding, `i` the call's index in the output."""
     return "; ".join(f"{finding.classifier}:{finding.rule}@{index}" for index, finding in findings)[:SUMMARY_MAX]
+
+
+@dataclass(slots=True)
+class Waits:
+    """How a multi-agent response waits for its client's tool outputs (pipeline/inject.py): its inbox, the bound
+    of one wait (`ws_inject_wait_s`; 0: none), and what the last wait brought."""
+
+    inbox: Inbox
+    seconds: float
+    took: bool = False  # outputs were added: the model generates again
+    blocked: bool = False  # the safety stage blocked an injected output
+
+    async def outputs(self, builder: ResponseBuilder, calls: Calls, steered: asyncio.Event) -> AsyncGenerator[Event]:
+        """Acknowledge and add the injected outputs until no call of the response waits for one. A wait that ends
+        with nothing (its bound, or a steer) closes the inbox: the response ends with its calls unanswered, as over
+        HTTP, and a later inject is failed once it has ended."""
+        self.took = False
+        deadline = time.monotonic() + self.seconds if self.seconds > 0 else None
+        while True:
+            for batch in self.inbox.take():
+                yield builder.inject_created()
+                read = await calls.safety.scan_async(None, batch, calls.pool)  # as a create's tool outputs are
+                start = len(builder.response.output)
+                calls.findings += [(start, finding) for finding in read.findings]
+                self.blocked = self.blocked or read.verdict == "block"
+                for item in batch:
+                    for event in builder.add_item(item):
+                        yield event
+                self.took = True
+            if not required_input(builder.response.output) or steered.is_set() or self.blocked:
+                return
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0 and not self.inbox.pending():
+                self.inbox.close()  # no await between the check and the close: an inject is taken or late
+                return
+            await self.inbox.wait(left)
 
 
 @dataclass(slots=True)
@@ -110,21 +148,24 @@ class Steps:
         next_of: Callable[[GenerationRequest], Generation],
         congested: Callable[[], bool] | None,
         steered: asyncio.Event,
+        waits: Waits | None = None,
     ) -> AsyncGenerator[Event, None]:
-        """Every event of the steps, `generation` first (after the approved calls); `outcome` once done."""
+        """Every event of the steps, `generation` first (after the approved calls); `outcome` once done. `waits`:
+        a multi-agent response waits for its client's outputs where another would end at the client's calls."""
         usage: Usage | None = None
         pending: list[int] = []
-        searched = False
+        searched = injected = False
         for call in self.approved:
             for event in builder.mcp_call_added(call):
                 yield event
             pending.append(len(builder.response.output) - 1)
         while True:
-            if pending or searched:
-                started = time.perf_counter()
-                async for event in self.calls.run(builder, pending, steered):
-                    yield event
-                self.calls_s += time.perf_counter() - started
+            if pending or searched or injected:
+                if pending or searched:
+                    started = time.perf_counter()
+                    async for event in self.calls.run(builder, pending, steered):
+                        yield event
+                    self.calls_s += time.perf_counter() - started
                 if steered.is_set() or self.asked(builder):  # steered: the calls stopped; asked: the client answers
                     reason = "steered" if steered.is_set() else None
                     self.outcome = Outcome(status="incomplete" if reason else "completed", usage=usage, reason=reason)
@@ -148,7 +189,18 @@ class Steps:
                 for event in found:
                     searched = True
                     yield event
-            if result.status != "completed" or not (pending or searched):
+            injected = False
+            if waits is not None and result.status == "completed" and not (pending or searched):
+                async for event in waits.outputs(builder, self.calls, steered):
+                    yield event
+                if waits.blocked:  # an injected output the safety policy blocks: as a create's input would be
+                    self.outcome = msgspec.structs.replace(BLOCKED, usage=usage)
+                    break
+                if steered.is_set():  # steered while it waited: it ends here, the outputs so far kept
+                    self.outcome = Outcome(status="incomplete", usage=usage, reason="steered")
+                    break
+                injected = waits.took
+            if result.status != "completed" or not (pending or searched or injected):
                 self.outcome = msgspec.structs.replace(result, usage=usage)
                 break
         self.timings.add("mcp_step", self.overhead_s)
