@@ -192,6 +192,24 @@ def test_unknown_and_finished_responses_fail_the_inject(waiting: RunningServer) 
     assert events[-1]["type"] == "response.completed" and events[-1]["response"]["output"][-1]["type"] == "message"
 
 
+def test_a_flood_of_bad_injects_leaves_the_wait_and_other_connections_alone(waiting: RunningServer) -> None:
+    """500 injects answering no waiting call, on the waiting response's own connection: each an error, none kept;
+    another connection's response meanwhile completes; then the right output resumes the response."""
+    seen: list[dict[str, Any]] = []
+    with WS(waiting.ws_url) as ws, WS(waiting.ws_url) as other:
+        response_id = create(ws, calls=1)
+        call_id = until(ws, seen, call_done)["item"]["call_id"]
+        for n in range(500):
+            inject(ws, response_id, f"call_flood_{n}")
+        other.create(model="hotloop-sim", input="hi", metadata={"sim_output_tokens": "8"})
+        assert other.collect()[-1]["type"] == "response.completed"
+        errors = [ws.recv() for _ in range(500)]
+        assert all(frame["error"]["code"] == "function_call_not_found" for frame in errors)
+        inject(ws, response_id, call_id)
+        final = until(ws, seen, lambda f: f["type"] == "response.completed")["response"]
+    assert [item["type"] for item in final["output"]][-2:] == ["function_call_output", "message"]
+
+
 def test_a_response_without_multi_agent_takes_no_inject(waiting: RunningServer) -> None:
     with WS(waiting.ws_url) as ws:
         ws.create(model="hotloop-sim", input="hi", metadata={"sim_output_tokens": "200", "sim_tps": "100"})
