@@ -19,6 +19,7 @@ from openai.types.beta.beta_responses_server_event import BetaResponsesServerEve
 from pydantic import TypeAdapter
 
 from conftest import RunningServer, start_server
+from http_support import parse_sse
 from wsutil import WEATHER, WS
 
 MULTI = {"enabled": True}
@@ -97,8 +98,11 @@ def test_one_response_for_the_whole_loop(waiting: RunningServer) -> None:
     assert message["phase"] == "final_answer" and message["agent"] == {"agent_name": "/root"}
     with waiting.http() as http:
         stored = http.get(f"/responses/{response_id}").json()
+        replayed = parse_sse(http.get(f"/responses/{response_id}", params={"stream": "true"}).text)
         follow = http.post("/responses", json={"input": "Thanks.", "previous_response_id": response_id}).json()
     assert [item["type"] for item in stored["output"]] == kinds
+    done = [event["item"] for event in replayed if event["type"] == "response.output_item.done"]
+    assert done == stored["output"]  # the replay's items as stored: agents, phase and the injected outputs
     assert follow["status"] == "completed"  # the chain goes on from it: no call waits
 
 

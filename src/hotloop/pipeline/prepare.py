@@ -82,8 +82,8 @@ async def start_turn(
         added(fresh, "input")
         approved = approved_calls(prior.context, fresh)
     mcp: McpTurn | None = None
-    waits = options.websocket and multi_agent(request)  # it may wait for injected outputs between generations
-    if (_searches(tools) or waits) and not (tools.mcp or approved):  # the server runs steps between generations
+    waiting = options.websocket and multi_agent(request)  # it may wait for injected outputs between generations
+    if (_searches(tools) or waiting) and not (tools.mcp or approved):  # the server runs steps between generations
         mcp = McpTurn({}, [], [], _context(inputs) if model.style.tokens else ())
     if tools.mcp or approved:
         context = _context(inputs)

@@ -274,7 +274,8 @@ class ResponseBuilder(McpBuilder):
                 )
             )
             out.append(self._emit(ev.ContentPartDone, item_id=item.id, output_index=index, content_index=0, part=part))
-            done: ResponseItem = msgspec.structs.replace(item, content=[part], status=status, phase=self._phase())
+            phase = self._phase() or item.phase  # a replayed message keeps its own
+            done: ResponseItem = msgspec.structs.replace(item, content=[part], status=status, phase=phase)
         elif isinstance(item, FunctionCall):
             out.append(
                 self._emit(
