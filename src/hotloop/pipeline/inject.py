@@ -73,14 +73,17 @@ class Inbox:
 
     def __init__(self) -> None:
         self._batches: list[list[ResponseItem]] = []
+        self._committed: set[str] = set()  # call ids answered by a committed batch, added to the output or not yet
         self._wake = asyncio.Event()
         self.closed = False
         self.late: list[list[msgspec.Raw]] = []
 
     def waiting(self, output: Sequence[ResponseItem]) -> dict[str, str]:
-        """The calls of `output` no output answers yet, queued batches included: call id → its output type."""
-        queued = answered(item for batch in self._batches for item in batch)
-        return {stub["call_id"]: stub["type"] for stub in required_input(output) if stub["call_id"] not in queued}
+        """The calls of `output` no committed output answers yet (one being added counts): call id → its output
+        type."""
+        return {
+            stub["call_id"]: stub["type"] for stub in required_input(output) if stub["call_id"] not in self._committed
+        }
 
     def offer(self, raw: list[msgspec.Raw], output: Sequence[ResponseItem], secret: bytes) -> bool:
         """Commit a batch (True: it is acknowledged in the response's own stream), or keep it for a failure reply
@@ -90,7 +93,9 @@ class Inbox:
                 raise InvalidParam("Too many injects for a response that is ending.", param="response_id")
             self.late.append(raw)
             return False
-        self._batches.append(checked(raw, self.waiting(output), secret))
+        batch = checked(raw, self.waiting(output), secret)
+        self._batches.append(batch)
+        self._committed |= answered(batch)
         self._wake.set()
         return True
 
