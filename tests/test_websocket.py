@@ -66,9 +66,13 @@ def test_malformed_frames_keep_the_socket_open(server: RunningServer) -> None:
             ws.send(json.dumps(bad) if not isinstance(bad, str) else bad)
             frame = ws.recv()
             assert frame["error"]["code"] == "invalid_event" and frame["error"]["param"] == "type", bad
-        ws.send({"type": "response.inject", "response_id": "resp_x", "input": []})
+        ws.send({"type": "response.teleport", "response_id": "resp_x", "input": []})
         frame = ws.recv()
         assert frame["error"]["code"] == "unknown_event_type" and frame["error"]["param"] == "type"
+        # an inject for a response this connection does not know fails (tests/test_inject.py has the rest)
+        ws.send({"type": "response.inject", "response_id": "resp_x", "input": []})
+        frame = ws.recv()
+        assert frame["type"] == "response.inject.failed" and frame["error"]["code"] == "response_not_found"
         # a binary frame holding JSON is accepted
         ws.send(json.dumps({"type": "response.create", "input": "binary"}).encode())
         assert final(ws.collect())["status"] == "completed"
