@@ -20,7 +20,7 @@ from pydantic import TypeAdapter
 
 from conftest import RunningServer, start_server
 from http_support import parse_sse
-from wsutil import WEATHER, WS
+from wsutil import WEATHER, WS, check_sequence
 
 MULTI = {"enabled": True}
 
@@ -67,7 +67,7 @@ def inject(ws: WS, response_id: str, *call_ids: str) -> list[dict[str, Any]]:
 
 
 def create(ws: WS, calls: int, **extra: Any) -> str:
-    metadata = {"sim_tool_calls": str(calls), "sim_output_tokens": "12"}
+    metadata = {"sim_tool_calls": str(calls), "sim_output_tokens": "12", **extra.pop("metadata", {})}
     ws.create(model="hotloop-sim", input="Weather?", tools=[WEATHER], multi_agent=MULTI, metadata=metadata, **extra)
     return str(typed(ws.recv())["response"]["id"])
 
@@ -133,6 +133,36 @@ def _parallel(server: RunningServer, seen: list[dict[str, Any]]) -> dict[str, An
         inject(ws, response_id, second)
         final: dict[str, Any] = until(ws, seen, lambda f: f["type"] == "response.completed")["response"]
     return final
+
+
+def test_an_inject_committed_while_the_step_ends_cut_short_is_still_acknowledged(tmp_path: Path) -> None:
+    """Two calls in one step, the first answered while the second is written, the second cut by the output limit:
+    the response ends `incomplete`, the cut call is ended incomplete, then the inject is acknowledged and its output
+    kept, every event in order."""
+    server = start_server(tmp_path, models=["hotloop-sim"], sim_parallel_calls=2)
+    try:
+        with WS(server.ws_url) as ws:
+            metadata = {"sim_tool_calls": "1", "sim_tps": "40"}
+            body = {"tools": [WEATHER], "multi_agent": MULTI, "metadata": metadata, "max_output_tokens": 16}
+            ws.create(model="hotloop-sim", input="Weather?", **body)
+            seen = [typed(ws.recv())]  # response.created: the whole sequence is checked
+            response_id = seen[0]["response"]["id"]
+            first = until(ws, seen, call_done)["item"]["call_id"]
+            inject(ws, response_id, first)
+            final = until(ws, seen, lambda f: f["type"] in ("response.incomplete", "response.completed"))
+    finally:
+        server.stop()
+    check_sequence(seen)
+    response = final["response"]
+    kinds = [(item["type"], item.get("status")) for item in response["output"]]
+    assert response["status"] == "incomplete", kinds
+    assert kinds == [
+        ("function_call", "completed"),
+        ("function_call", "incomplete"),
+        ("function_call_output", "completed"),
+    ]
+    created = [frame for frame in seen if frame["type"] == "response.inject.created"]
+    assert len(created) == 1 and seen.index(created[0]) < len(seen) - 1
 
 
 def test_bad_injects_are_errors_and_the_response_keeps_waiting(waiting: RunningServer) -> None:

@@ -169,7 +169,7 @@ class Turn:
             except (asyncio.CancelledError, GeneratorExit):
                 self._ending = await asyncio.shield(self._finish_cancelled())
                 raise
-            for event in self._rest_injected():
+            for event in self._rest_injected(outcome):
                 yield event
             for steer in self.late_steers():  # acknowledged in order, before the terminal event
                 yield self.builder.steer_accepted(steer.id)
@@ -271,13 +271,17 @@ class Turn:
         self._looped = steps.outcome
         self.prepared = dataclasses.replace(prepared, rendered=steps.rendered, rendered_output=steps.rendered_output)
 
-    def _rest_injected(self) -> list[Event]:
+    def _rest_injected(self, outcome: Outcome) -> list[Event]:
         """The inbox closes: an inject committed but not yet taken (the last generation failed, or was steered) is
-        still acknowledged and its outputs kept; one that comes later is failed once the response has ended."""
+        still acknowledged and its outputs kept, after the item that generation left open, ended as the response
+        ends it; one that comes later is failed once the response has ended."""
         if self.inbox is None:
             return []
-        events: list[Event] = []
-        for batch in self.inbox.close():
+        batches = self.inbox.close()
+        if not batches:
+            return []
+        events = self.builder.close_open("incomplete" if outcome.status == "incomplete" else "completed")
+        for batch in batches:
             events.append(self.builder.inject_created())
             for item in batch:
                 events += self.builder.add_item(item)
