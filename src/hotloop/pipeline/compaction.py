@@ -126,8 +126,8 @@ def triggered(request: CreateRequest) -> bool:
     items = request.input
     if not isinstance(items, list) or not items:
         return False
-    last = items[-1]
-    raw = bytes(memoryview(last)) if len(memoryview(last)) <= _TRIGGER_MAX_BYTES else b""
+    view = memoryview(items[-1])
+    raw = bytes(view) if len(view) <= _TRIGGER_MAX_BYTES else b""
     if b"compaction_trigger" not in raw:
         return False
     try:

@@ -45,10 +45,10 @@ def forced_call(tool: str, syntax: str, definition: str) -> str | None:
     return f'root ::= {head} {start} "\\"}}"\n{body}'
 
 
-def rules(definition: str, prefix: str, escaped: bool = True) -> tuple[str, str] | None:
-    """The Lark grammar's rules as GBNF, named `prefix-…`, and its start rule's name; `escaped`: for the strings'
-    JSON-escaped forms (else as written). None when the grammar uses what is not read here."""
-    emit = Gbnf(escaped)
+def rules(definition: str, prefix: str) -> tuple[str, str] | None:
+    """The Lark grammar's rules as GBNF for the JSON-escaped forms of its strings, named `prefix-…`, and its start
+    rule's name. None when the grammar uses what is not read here."""
+    emit = Gbnf()
     try:
         found = rules_of(definition)
         if "start" not in found:
@@ -60,11 +60,11 @@ def rules(definition: str, prefix: str, escaped: bool = True) -> tuple[str, str]
     return "\n".join(lines), _name("start", prefix)
 
 
-def regex_rules(pattern: str, prefix: str, escaped: bool = True) -> tuple[str, str] | None:
+def regex_rules(pattern: str, prefix: str) -> tuple[str, str] | None:
     """A regex grammar as one GBNF rule (see `rules`)."""
     try:
         start = _name("start", prefix)
-        return f"{start} ::= {escaped_rule(pattern, Gbnf(escaped))}", start
+        return f"{start} ::= {escaped_rule(pattern, Gbnf())}", start
     except (JsonUnsupported, ValueError, re.error, RecursionError, OverflowError):
         return None
 
@@ -117,18 +117,13 @@ def _check_references(found: dict[str, str], prefix: str, lines: list[str]) -> N
 
 
 class Gbnf:
-    """Regex pieces written as GBNF (tools/lark_json.py `Emitter`)."""
-
-    def __init__(self, escaped: bool) -> None:
-        self.escaped = escaped
+    """Regex pieces written as GBNF for their JSON-escaped forms (tools/lark_json.py `Emitter`)."""
 
     def literal(self, text: str) -> str:
-        return _escaped(text) if self.escaped else _string(text)
+        return _escaped(text)
 
     def char_set(self, items: list[tuple[Any, Any]]) -> str:
         allowed = _set_of(items)
-        if not self.escaped:
-            return _class(allowed)
         raw = _intersect(allowed, _complement([(code, code) for code in _SPECIAL]))
         specials = [code for code in _SPECIAL if _holds(allowed, code)]
         options = ([_class(raw)] if raw else []) + [_escaped(chr(code)) for code in specials]

@@ -395,8 +395,8 @@ class ResponseBuilder(McpBuilder):
 
     def add_item(self, item: ResponseItem) -> list[Event]:
         """A whole item at once (a compaction, an injected output): `output_item.added` and `.done`."""
-        added = self.open_item(item)
-        return [*added, self.emit_done(self._agent_of(item))]
+        item = self._agent_of(item)
+        return [*self.open_item(item), self.emit_done(item)]
 
     def emit_done(self, item: ResponseItem) -> Event:
         """`output_item.done` for an item kept exactly as given (a replayed shape this builder never fills)."""

@@ -172,10 +172,7 @@ class HermesParser:
         calls = self.calls.parse(body.strip())
         if calls:
             return self.calls.deltas(calls)
-        call = self.calls.unfinished(body.strip(), cut)
-        if call is not None:
-            return self.calls.deltas([call], incomplete=True)
-        return [TextDelta(OPEN + body + (CLOSE if closed else ""))]
+        return self.calls.cut_short(body.strip(), cut) or [TextDelta(OPEN + body + (CLOSE if closed else ""))]
 
     def finish(self, cut: bool = False) -> list[Delta]:
         if self.bare is not None:

@@ -104,6 +104,11 @@ class ToolCalls:
             return spec, ObjectStream().take(rest)[0]
         return spec, rest.rstrip().removesuffix("}")  # something else, as written, less the call's closing brace
 
+    def cut_short(self, body: str, cut: bool) -> list[Delta]:
+        """The deltas of `unfinished`'s call, ended `incomplete`; empty when `body` is not a call."""
+        call = self.unfinished(body, cut)
+        return self.deltas([call], incomplete=True) if call is not None else []
+
 
 def _decoded(literal: str) -> str:
     """A JSON string's text (without its quotes), as far as it decodes."""
@@ -152,8 +157,7 @@ class HeldCallParser:
     def unfinished(self, text: str, cut: bool) -> list[Delta]:
         """The held output as calls when it is calls to offered tools of which the last does not parse (cut short,
         or malformed): that one ends `incomplete`. Empty when it is not."""
-        call = self.calls.unfinished(text.strip(), cut)
-        return self.calls.deltas([call], incomplete=True) if call is not None else []
+        return self.calls.cut_short(text.strip(), cut)
 
     def finish(self, cut: bool = False) -> list[Delta]:
         """The end of the output; `cut`: the length limit stopped it."""
