@@ -63,6 +63,10 @@ EXTENSION_ITEMS = frozenset(
         "computer_call",
         "tool_search_call",
         "tool_search_output",
+        # A multi-agent response's subagent items (protocol.md §1.12): openai-python's beta union checks them.
+        "multi_agent_call",
+        "multi_agent_call_output",
+        "agent_message",
     }
 )
 # Tools OR has no schema for (its `tools` are function tools only), echoed as sent (protocol.md §1.4): left out of

@@ -82,10 +82,15 @@ def make_tools(recorder: Recorder) -> list[FunctionTool]:
 
 
 def make_agent(
-    recorder: Recorder, model: Any = "hotloop-sim", k: int | None = None, store: bool | None = None
+    recorder: Recorder,
+    model: Any = "hotloop-sim",
+    k: int | None = None,
+    store: bool | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> tuple[Agent[Any], list[FunctionTool]]:
     tools = make_tools(recorder)
-    metadata = {"sim_tool_calls": str(k)} if k is not None else None
+    if k is not None:
+        metadata = {"sim_tool_calls": str(k), **(metadata or {})}
     settings = ModelSettings(metadata=metadata, store=store)
     agent: Agent[Any] = Agent(
         name="looper",

@@ -23,6 +23,7 @@ from http_support import parse_sse
 from wsutil import WEATHER, WS, check_sequence
 
 MULTI = {"enabled": True}
+NO_SUBAGENTS = {"sim_tool_calls": "1", "sim_subagents": "0"}
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,9 @@ def inject(ws: WS, response_id: str, *call_ids: str) -> list[dict[str, Any]]:
 
 
 def create(ws: WS, calls: int, **extra: Any) -> str:
-    metadata = {"sim_tool_calls": str(calls), "sim_output_tokens": "12", **extra.pop("metadata", {})}
+    # No subagents: these tests are about the root's own calls (test_subagents.py has them).
+    metadata = {"sim_tool_calls": str(calls), "sim_output_tokens": "12", "sim_subagents": "0"}
+    metadata.update(extra.pop("metadata", {}))
     ws.create(model="hotloop-sim", input="Weather?", tools=[WEATHER], multi_agent=MULTI, metadata=metadata, **extra)
     return str(typed(ws.recv())["response"]["id"])
 
@@ -142,9 +145,9 @@ def test_an_inject_committed_while_the_step_ends_cut_short_is_still_acknowledged
     server = start_server(tmp_path, models=["hotloop-sim"], sim_parallel_calls=2)
     try:
         with WS(server.ws_url) as ws:
-            metadata = {"sim_tool_calls": "1", "sim_tps": "40"}
+            metadata = {"sim_tool_calls": "1", "sim_tps": "40", "sim_subagents": "0"}
             body = {"tools": [WEATHER], "multi_agent": MULTI, "metadata": metadata, "max_output_tokens": 16}
-            ws.create(model="hotloop-sim", input="Weather?", **body)
+            ws.create(model="hotloop-sim", input="Weather today?", **body)
             seen = [typed(ws.recv())]  # response.created: the whole sequence is checked
             response_id = seen[0]["response"]["id"]
             first = until(ws, seen, call_done)["item"]["call_id"]
@@ -221,7 +224,10 @@ def test_unknown_and_finished_responses_fail_the_inject(waiting: RunningServer) 
         failed = typed(ws.recv())
         assert failed["error"]["code"] == "response_already_completed" and failed["input"] == outputs
         assert failed["sequence_number"] == seen[-1]["sequence_number"] + 1
-        ws.create(model="hotloop-sim", input=outputs, previous_response_id=response_id, multi_agent=MULTI)
+        metadata = {"sim_subagents": "0"}
+        ws.create(
+            model="hotloop-sim", input=outputs, previous_response_id=response_id, multi_agent=MULTI, metadata=metadata
+        )
         events = ws.collect()
     assert events[-1]["type"] == "response.completed" and events[-1]["response"]["output"][-1]["type"] == "message"
 
@@ -271,7 +277,7 @@ def test_a_client_gone_while_waiting_leaves_a_cancelled_response(waiting: Runnin
 def test_over_http_a_multi_agent_response_ends_at_the_call(waiting: RunningServer) -> None:
     """No inject over HTTP: the response ends at the client's call, as any does; its items name the root agent."""
     with waiting.http() as http:
-        body = {"model": "hotloop-sim", "tools": [WEATHER], "multi_agent": MULTI, "metadata": {"sim_tool_calls": "1"}}
+        body = {"model": "hotloop-sim", "tools": [WEATHER], "multi_agent": MULTI, "metadata": NO_SUBAGENTS}
         one = http.post("/responses", json={**body, "input": "Weather?"}).json()
         assert one["status"] == "completed" and one["output"][-1]["type"] == "function_call"
         call_id = one["output"][-1]["call_id"]
@@ -306,7 +312,7 @@ async def test_the_agents_sdk_runs_a_tool_loop_in_one_response(waiting: RunningS
     client = AsyncOpenAI(base_url=waiting.base_url, api_key="test-key", max_retries=0)
     model = OpenAIHostedMultiAgentModel("hotloop-sim", client)
     recorder = Recorder()
-    agent, _ = make_agent(recorder, model=model, k=2)
+    agent, _ = make_agent(recorder, model=model, k=2, metadata={"sim_subagents": "0"})
     try:
         if streamed:
             result: Any = Runner.run_streamed(agent, "What is the weather, and what is 2 + 3?")

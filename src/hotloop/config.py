@@ -146,6 +146,10 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # How long a multi-agent response waits on WebSocket for `response.inject` outputs before it ends with its
     # calls unanswered (pipeline/inject.py); 0: no bound but the connection's own.
     ws_inject_wait_s: float = 600.0
+    # A multi-agent response's subagents (pipeline/agents/): how many one response may spawn in all, and how deep
+    # (1: the root's subagents spawn none). `max_concurrent_subagents` bounds how many run at once.
+    multi_agent_max_subagents: int = 32
+    multi_agent_max_depth: int = 1
     # A custom tool's grammar still compiling after this is refused (pipeline/grammars.py): a hostile grammar
     # holds one compile slot this long at the door, never the event loop.
     grammar_compile_timeout_s: float = 2.0
@@ -275,6 +279,9 @@ HELP: dict[str, str] = {
     "ws_inject_wait_s": "Longest a multi-agent response (multi_agent.enabled, WebSocket) waits for response.inject "
     "outputs for its client's calls; then it ends completed with the calls unanswered, as a response over HTTP does "
     "(0: no bound but the connection's age limit).",
+    "multi_agent_max_subagents": "Most subagents one multi-agent response may spawn; a spawn_agent past it is "
+    "answered with an error the model reads.",
+    "multi_agent_max_depth": "How deep a multi-agent response's subagents may nest (1: only the root spawns).",
     "mcp_max_calls": "Most MCP calls and server-run tool searches in one response when the request sets no "
     "max_tool_calls.",
     "mcp_client": "The client for streamable HTTP MCP servers: lean (hotloop's own, on its keep-alive HTTP/1.1 "

@@ -45,6 +45,9 @@ class GenerationRequest(msgspec.Struct, kw_only=True):
     # The chain's identity, for replica routing (backends/upstream/routing.py): this response, and the one it continues.
     response_id: str = ""
     previous_response_id: str | None = None
+    # The agent generating, in a multi-agent response (`/root`, `/root/<task>`…; "" otherwise): hotloop-sim's
+    # policy reads it, as a model reads its own instructions.
+    agent: str = ""
     # The W3C trace context of this generation's span, for an engine that joins the trace (observability/tracing.py).
     traceparent: str | None = None
 

@@ -19,6 +19,7 @@ from hotloop import sealing
 from hotloop.chat.messages import other_item_text
 from hotloop.tools.registry import CALL_TYPES, pair
 from hotloop.tools.registry import answered as answered_calls
+from hotloop.wire.agent_items import MultiAgentCall
 from hotloop.wire.items import (
     Compaction,
     ContextItem,
@@ -39,7 +40,7 @@ SUMMARY_HEADER = "[earlier conversation, compacted]"
 Kept = TypedContextItem
 
 
-_CALLS: tuple[type[Any], ...] = (*CALL_TYPES, McpApprovalRequest)
+_CALLS: tuple[type[Any], ...] = (*CALL_TYPES, McpApprovalRequest, MultiAgentCall)
 
 
 class Carried(msgspec.Struct, frozen=True):

@@ -16,8 +16,10 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from hotloop.tools import multi_agent
 from hotloop.tools.registry import BY_ITEM, TYPED_ITEM_TYPES
 from hotloop.tools.tool_search import added_message
+from hotloop.wire.agent_items import AGENT_ITEMS
 from hotloop.wire.items import (
     ContextItem,
     FunctionCall,
@@ -30,7 +32,8 @@ from hotloop.wire.items import (
 from hotloop.wire.tool_items import AdditionalTools
 
 MCP_TYPES = frozenset({McpListTools, McpCall, McpApprovalRequest, McpApprovalResponse})
-LOWERED_TYPES = MCP_TYPES | TYPED_ITEM_TYPES | {AdditionalTools}
+AGENT_TYPES = frozenset(AGENT_ITEMS)
+LOWERED_TYPES = MCP_TYPES | TYPED_ITEM_TYPES | AGENT_TYPES | {AdditionalTools}
 REFUSED = "The user refused this call."
 NOT_RUN = "The call did not complete."
 
@@ -41,12 +44,16 @@ def has_lowered(items: Sequence[ContextItem]) -> bool:
 
 
 def as_calls(items: Sequence[ContextItem]) -> Sequence[ContextItem]:
-    """`items` with each MCP or typed tool item replaced by its calls and outputs; `items` itself (not a copy) when
-    there is none."""
+    """`items` with each MCP, typed tool or multi-agent item replaced by its calls and outputs; `items` itself (not a
+    copy) when there is none. A multi-agent response's subagents' items are left out (the root's context never
+    holds them, tools/multi_agent.py): its spawn calls are there wherever a subagent's items are."""
     if not has_lowered(items):
         return items
+    subagents = not AGENT_TYPES.isdisjoint(map(type, items))
     out: list[ContextItem] = []
     for item in items:
+        if subagents and multi_agent.foreign(item):
+            continue
         if type(item) in LOWERED_TYPES:
             out.extend(expand(item))
         else:
@@ -59,6 +66,8 @@ def expand(item: ContextItem) -> Iterator[ContextItem]:
     typed = BY_ITEM.get(type(item))
     if typed is not None:
         yield typed.lower(item)  # type: ignore[arg-type]
+    elif type(item) in AGENT_TYPES:
+        yield from multi_agent.lower(item)  # type: ignore[arg-type]
     elif isinstance(item, AdditionalTools):
         yield added_message(item)
     elif isinstance(item, McpCall):

@@ -28,7 +28,6 @@ from hotloop.wire.request import CreateRequest
 
 # Injects kept for a failure reply once the response is ending (`Inbox.late`): past it they are refused at once.
 MAX_LATE = 32
-ROOT = {"agent_name": "/root"}  # the response's own agent (subagents are paths below it)
 
 
 def multi_agent(request: CreateRequest) -> bool:
@@ -71,10 +70,11 @@ class Inbox:
     """What a waiting multi-agent response receives on its connection: committed batches of tool outputs, taken
     by its steps in commit order, and the injects that came once it was ending (`late`, failed after its end)."""
 
-    def __init__(self) -> None:
+    def __init__(self, wake: asyncio.Event | None = None) -> None:
         self._batches: list[list[ResponseItem]] = []
         self._committed: set[str] = set()  # call ids answered by a committed batch, added to the output or not yet
-        self._wake = asyncio.Event()
+        # Rung by a commit; shared with what else wakes the waiting response (its subagents: agents/roster.py).
+        self._wake = wake if wake is not None else asyncio.Event()
         self.closed = False
         self.late: list[list[msgspec.Raw]] = []
 

@@ -31,10 +31,11 @@ from hotloop.pipeline.prior import conversation_id_of
 from hotloop.pipeline.prompt import render_prompt, too_long
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Session
-from hotloop.pipeline.tools import ToolChoice, ToolSet, resolve_tool_choice, resolve_tools
+from hotloop.pipeline.tools import ToolChoice, ToolSet, resolve_tool_choice, resolve_tools, with_actions
 from hotloop.pipeline.turn import Turn
 from hotloop.pipeline.validate import check_new_items, check_request
 from hotloop.safety.stage import SafetyResult
+from hotloop.tools.multi_agent import ROOT_NAME
 from hotloop.tools.tool_search import SERVER_KIND, check_loadable, loaded, loads
 from hotloop.wire.items import ContextItem
 from hotloop.wire.request import CreateRequest
@@ -75,6 +76,7 @@ async def start_turn(
             tools = _resolved(request, service)
             if tools.grammars:
                 await check_grammars(tools.grammars, service.settings.grammar_compile_timeout_s)
+        tools = with_actions(tools, multi_agent(request), service.settings.multi_agent_max_depth > 0)
         where = endpoints(tools, service.settings) if tools.mcp else {}
         prior.check(fresh)
         call_ids = check_new_items(fresh, prior.call_ids, service.secret, offset=prior.skip)
@@ -82,8 +84,8 @@ async def start_turn(
         added(fresh, "input")
         approved = approved_calls(prior.context, fresh)
     mcp: McpTurn | None = None
-    waiting = options.websocket and multi_agent(request)  # it may wait for injected outputs between generations
-    if (_searches(tools) or waiting) and not (tools.mcp or approved):  # the server runs steps between generations
+    # A multi-agent response runs its actions (and on WebSocket waits for injected outputs) between generations.
+    if (_searches(tools) or multi_agent(request)) and not (tools.mcp or approved):  # the server runs steps
         mcp = McpTurn({}, [], [], _context(inputs) if model.style.tokens else ())
     if tools.mcp or approved:
         context = _context(inputs)
@@ -235,6 +237,7 @@ def _generation(
         reasoning_effort=(request.reasoning or {}).get("effort"),
         response_id=response.id,
         previous_response_id=parent.response.id if parent is not None else None,
+        agent=ROOT_NAME if multi_agent(request) else "",
     )
 
 

@@ -27,6 +27,7 @@ from hotloop.pipeline.state.session import Session
 from hotloop.pipeline.tools import ToolSet
 from hotloop.safety import SafetyStage, SafetyStates
 from hotloop.safety.stage import SafetyResult
+from hotloop.tools.multi_agent import foreign
 from hotloop.wire.items import ContextItem
 from hotloop.wire.request import CreateRequest
 
@@ -113,8 +114,11 @@ class Chain(Nothing):
         chain = self.chain
         # The parent's rendered state may hold the first of its output items: a compaction (pipeline/compaction.py:
         # the compacted context, the compaction included), the output before its last in-server step
-        # (pipeline/mcp/steps.py). The rest of its output and the new input extend it.
-        pending: Sequence[ContextItem] = chain.response.output[chain.rendered_output :]
+        # (pipeline/mcp/steps.py). The rest of its output and the new input extend it; a multi-agent response's
+        # subagents' items are not the root's (tools/multi_agent.py).
+        pending: Sequence[ContextItem] = [
+            item for item in chain.response.output[chain.rendered_output :] if not foreign(item)
+        ]
         return PromptBase(chain.context, chain.rendered, chain.model.chat, pending)
 
     def safety_states(self, safety: SafetyStage) -> SafetyStates | None:

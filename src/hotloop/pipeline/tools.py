@@ -11,6 +11,7 @@ from hotloop.chat.specs import ToolSpec
 from hotloop.config import DEFAULT_DROPPED_TOOL_TYPES
 from hotloop.errors import InvalidParam
 from hotloop.pipeline.mcp.declare import Declared, declare
+from hotloop.tools import multi_agent
 from hotloop.tools.grammar import Grammar, declared
 from hotloop.tools.registry import BY_TYPE, HOSTED_TYPES, SEARCH_KINDS
 from hotloop.wire.items import McpListTools
@@ -296,3 +297,14 @@ def _names(entry: object, spec: ToolSpec) -> bool:
         )
     name, namespace = entry.get("name"), entry.get("namespace")
     return (name == spec.name and namespace == spec.namespace) or (namespace is None and name == spec.prompt_name)
+
+
+def with_actions(tools: ToolSet, enabled: bool, may_spawn: bool) -> ToolSet:
+    """The set with the multi-agent actions offered (a `multi_agent.enabled` response) or not: a chain's cached set
+    serves a continuation with or without them (tools/multi_agent.py)."""
+    has = any(spec.kind == multi_agent.KIND for spec in tools.specs)
+    if has == enabled:
+        return tools
+    if enabled:
+        return msgspec.structs.replace(tools, specs=(*tools.specs, *multi_agent.offered(may_spawn)))
+    return msgspec.structs.replace(tools, specs=tuple(spec for spec in tools.specs if spec.kind != multi_agent.KIND))

@@ -21,15 +21,20 @@ from hotloop.backends.base import GenerationRequest
 from hotloop.errors import InvalidParam
 from hotloop.observability.timings import StageTimings
 from hotloop.pipeline import compaction
+from hotloop.pipeline.agents.actions import AgentActions
+from hotloop.pipeline.agents.branch import Subagents
+from hotloop.pipeline.agents.hub import Hub
+from hotloop.pipeline.agents.roster import Limits, Roster
 from hotloop.pipeline.finish import finish, finish_cancelled, log_finished
 from hotloop.pipeline.generate import BLOCKED, Generation, Outcome
 from hotloop.pipeline.grammars import input_checks
-from hotloop.pipeline.inject import ROOT, Inbox, multi_agent
+from hotloop.pipeline.inject import Inbox, multi_agent
 from hotloop.pipeline.mcp.steps import Steps, Waits
 from hotloop.pipeline.prepared import Prepared, TurnOptions
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Lane, Session
 from hotloop.pipeline.steering import Steer, check_room
+from hotloop.tools.multi_agent import ROOT
 from hotloop.tools.registry import build_call
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
@@ -56,9 +61,13 @@ class Turn:
             checks=input_checks([*prepared.tools.specs, *prepared.tools.deferred]),
             agent=ROOT if self.multi_agent else None,
         )
-        # A multi-agent response waits for its client's tool outputs on WebSocket (pipeline/inject.py); over HTTP
-        # it ends at the client's call, as any response does.
-        self.inbox = Inbox() if self.multi_agent and options.websocket else None
+        # A multi-agent response runs subagents (pipeline/agents/) and waits for its client's tool outputs on
+        # WebSocket (pipeline/inject.py); over HTTP it ends at the client's call, as any response does. One bell
+        # wakes its root for either.
+        bell = asyncio.Event()
+        self.roster = Roster(_limits(service, prepared.request), bell) if self.multi_agent else None
+        self.inbox = Inbox(bell) if self.roster is not None and options.websocket else None
+        self.hub = Hub(self.inbox, self.roster) if self.roster is not None else None
         self.generate = prepared.request.generate is not False and not _prewarm(prepared.request)
         # Steers accepted for this response; the first `_acked` were acknowledged in its own event sequence.
         self._steers: list[Steer] = []
@@ -86,8 +95,8 @@ class Turn:
         check_room(self._steers)
         self._steers.append(steer)
         self._steered.set()
-        if self.inbox is not None:
-            self.inbox.wake()  # a response waiting for tool outputs ends, steered
+        if self.hub is not None:
+            self.hub.bell.set()  # a response waiting for tool outputs or its subagents ends, steered
 
     @property
     def steers(self) -> tuple[Steer, ...]:
@@ -167,6 +176,8 @@ class Turn:
                     outcome = generation.result()
                 outcome = step.counted(outcome)
             except (asyncio.CancelledError, GeneratorExit):
+                if self.roster is not None:
+                    self.roster.cancel()  # its subagents end with it
                 self._ending = await asyncio.shield(self._finish_cancelled())
                 raise
             for event in self._rest_injected(outcome):
@@ -263,13 +274,37 @@ class Turn:
         self, generation: Generation, congested: Callable[[], bool] | None
     ) -> AsyncGenerator[Event, None]:
         """The generations and the server's MCP calls between them (mcp/steps.py); `_looped` is how they ended."""
-        prepared = self.prepared
+        prepared, hub = self.prepared, self.hub
         steps = Steps.of(self.service, prepared, self.session.owner)
-        waits = Waits(self.inbox, self.service.settings.ws_inject_wait_s) if self.inbox is not None else None
-        async for event in steps.run(self.builder, generation, self._step_generation, congested, self._steered, waits):
+        waits = actions = None
+        if hub is not None:
+            if hub.inbox is not None:
+                waits = Waits(hub, self.service.settings.ws_inject_wait_s)
+            subagents = Subagents(self.service, prepared, hub.roster, steps.calls, self.options.websocket)
+            actions = AgentActions(hub.roster, hub.roster.root, steps.calls, subagents.start, hub)
+        run = steps.run(self.builder, generation, self._step_generation, congested, self._steered, waits, actions)
+        async for event in run:
             yield event
         self._looped = steps.outcome
+        if hub is not None:
+            async for event in self._end_subagents(hub, steps):
+                yield event
         self.prepared = dataclasses.replace(prepared, rendered=steps.rendered, rendered_output=steps.rendered_output)
+
+    async def _end_subagents(self, hub: Hub, steps: Steps) -> AsyncGenerator[Event, None]:
+        """The root has ended: its subagents still running are interrupted, and what they finished goes out after
+        the root's last item; their generations' usage is the response's too."""
+        roster, outcome = hub.roster, self._looped
+        await roster.stop()
+        if not roster.spawned:
+            return
+        status = outcome.status if outcome is not None else "failed"
+        for event in self.builder.close_open("incomplete" if status == "incomplete" else "completed", last=True):
+            yield event
+        async for event in hub.pump(self.builder, steps.calls):
+            yield event
+        if outcome is not None and roster.usage is not None:
+            self._looped = msgspec.structs.replace(outcome, usage=roster.usage.plus(outcome.usage))
 
     def _rest_injected(self, outcome: Outcome) -> list[Event]:
         """The inbox closes: an inject committed but not yet taken (the last generation failed, or was steered) is
@@ -318,6 +353,12 @@ def _uncancel() -> None:
     task = asyncio.current_task()
     if task is not None:
         task.uncancel()
+
+
+def _limits(service: Service, request: CreateRequest) -> Limits:
+    settings, config = service.settings, request.multi_agent or {}
+    total = settings.multi_agent_max_subagents
+    return Limits(min(config.get("max_concurrent_subagents") or 6, total), total, settings.multi_agent_max_depth)
 
 
 def _prewarm(request: CreateRequest) -> bool:

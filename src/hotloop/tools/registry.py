@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
+from hotloop.tools import multi_agent
 from hotloop.tools.apply_patch import APPLY_PATCH
 from hotloop.tools.client import ClientTool
 from hotloop.tools.computer import COMPUTER
 from hotloop.tools.local_shell import LOCAL_SHELL
 from hotloop.tools.shell import SHELL
 from hotloop.tools.tool_search import CLIENT_KIND, SERVER_KIND, TOOL_SEARCH
+from hotloop.wire.agent_items import MultiAgentCall
 from hotloop.wire.items import (
     CustomToolCall,
     CustomToolCallOutput,
@@ -84,8 +86,10 @@ def answered(items: Iterable[Any]) -> set[str]:
     return {found[1] for item in items if (found := pair(item)) is not None and found[0] == "output"}
 
 
-def build_call(kind: str, call_id: str, arguments: str, complete: bool) -> TypedCallItem:
-    """wire/builder.py's `CallBuilder`: the typed call item of a kind's call the model wrote."""
+def build_call(kind: str, call_id: str, arguments: str, complete: bool, name: str) -> TypedCallItem | MultiAgentCall:
+    """wire/builder.py's `CallBuilder`: the typed call item of a kind's call the model wrote (`name`: the tool's)."""
+    if kind == multi_agent.KIND:
+        return multi_agent.build(name, call_id, arguments)
     if kind == CLIENT_KIND:
         return TOOL_SEARCH.build(call_id, arguments, complete, "client")
     return BY_KIND[kind].build(call_id, arguments, complete)

@@ -17,6 +17,7 @@ import msgspec
 from hotloop.errors import failure_of
 from hotloop.ids import new_id
 from hotloop.wire import events as ev
+from hotloop.wire.agent_items import MultiAgentCall
 from hotloop.wire.events import Event, encode_event
 from hotloop.wire.items import (
     Compaction,
@@ -35,6 +36,9 @@ from hotloop.wire.mcp_builder import McpBuilder
 from hotloop.wire.response import ErrorInfo, IncompleteDetails, Response, Usage
 from hotloop.wire.tool_items import ShellCall, TypedCallItem
 
+# A call item built whole from the model's arguments: a typed client tool's, or a multi-agent action's.
+CallItem = TypedCallItem | MultiAgentCall
+
 # The tool kinds whose calls are the items of §2.5; any other kind a backend names is a typed client tool (§1.11).
 _PLAIN_KINDS = frozenset({"function", "custom", "mcp"})
 
@@ -43,7 +47,7 @@ class CallBuilder(Protocol):
     """A typed client tool's call item built from the arguments the model wrote for it (hotloop/tools/: each kind
     parses its own); `complete` is false when generation stopped inside them."""
 
-    def __call__(self, kind: str, call_id: str, arguments: str, complete: bool) -> TypedCallItem: ...
+    def __call__(self, kind: str, call_id: str, arguments: str, complete: bool, name: str) -> CallItem: ...
 
 
 class InputCheck(Protocol):
@@ -63,6 +67,7 @@ class _Writing(msgspec.Struct):
 
     kind: str
     call_id: str
+    name: str
 
 
 def error_body(error: ErrorInfo) -> ev.ErrorBody:
@@ -204,7 +209,7 @@ class ResponseBuilder(McpBuilder):
             assert namespace is not None
             return out + self._open_mcp(name, namespace)
         if kind not in _PLAIN_KINDS and self._typed is not None:
-            self._open, self._text = _Writing(kind, new_id("call")), []
+            self._open, self._text = _Writing(kind, new_id("call"), name), []
             return out
         if kind == "custom":
             self._check = self._checks(name, namespace) if self._checks is not None else None
@@ -307,11 +312,12 @@ class ResponseBuilder(McpBuilder):
 
     def _close_typed(self, writing: _Writing, text: str, status: str) -> list[Event]:
         assert self._typed is not None
-        return self.typed_call(self._typed(writing.kind, writing.call_id, text, status == "completed"))
+        return self.typed_call(self._typed(writing.kind, writing.call_id, text, status == "completed", writing.name))
 
-    def typed_call(self, item: TypedCallItem) -> list[Event]:
+    def typed_call(self, item: CallItem) -> list[Event]:
         """A typed client tool's call as one whole item: `output_item.added`, a shell call's command events
         (protocol.md §1.11), `output_item.done` (held behind an MCP call not run yet, as any item's)."""
+        item = self._agent_of(item)  # type: ignore[assignment]
         index = self._index
         out = [self._emit(ev.OutputItemAdded, output_index=index, item=item)]
         if isinstance(item, ShellCall):
@@ -405,9 +411,16 @@ class ResponseBuilder(McpBuilder):
         self.response.output.append(item)
         return event
 
-    def close_open(self, status: str) -> list[Event]:
-        """End the open item with `status` (`completed` or `incomplete`)."""
+    def close_open(self, status: str, last: bool = False) -> list[Event]:
+        """End the open item with `status` (`completed` or `incomplete`); `last`: it is the response's last of its
+        agent (a message then is the final answer), though other items follow it."""
+        self._ending = self._ending or last
         return self._close_item(status)
+
+    @property
+    def idle(self) -> bool:
+        """No item is open: a whole item may be added (items go out one at a time, protocol.md §2.2)."""
+        return self._open is None
 
     def terminal(self, inband_error: ev.ErrorBody | None = None) -> list[Event]:
         """The one terminal event (§2.3); on SSE an in-band `error` event precedes a failure (§2.9)."""

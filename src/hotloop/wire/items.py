@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from hotloop.wire.agent_items import AGENT_ITEMS, AgentItem
 from hotloop.wire.tool_items import TYPED_ITEMS, AdditionalTools, ToolSearchOutput, TypedCallItem, TypedOutputItem
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
@@ -148,6 +149,7 @@ class McpListTools(_Item, tag="mcp_list_tools"):
     server_label: str
     tools: list[McpListedTool]
     error: str | None = None  # why the server could not be listed
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 class McpCall(_Item, tag="mcp_call"):
@@ -161,6 +163,7 @@ class McpCall(_Item, tag="mcp_call"):
     error: dict[str, Any] | None = None
     status: McpCallStatus | None = None
     approval_request_id: str | None = None  # set when the call ran because that request was approved
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 class McpApprovalRequest(_Item, tag="mcp_approval_request"):
@@ -168,6 +171,7 @@ class McpApprovalRequest(_Item, tag="mcp_approval_request"):
     server_label: str
     name: str
     arguments: str
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 class McpApprovalResponse(_Item, tag="mcp_approval_response"):
@@ -209,6 +213,7 @@ Item = (
     | TypedCallItem
     | TypedOutputItem
     | AdditionalTools
+    | AgentItem
 )
 KNOWN_ITEM_TYPES: dict[str, type[Any]] = {
     str(cls.__struct_config__.tag): cls
@@ -226,6 +231,7 @@ KNOWN_ITEM_TYPES: dict[str, type[Any]] = {
         McpApprovalRequest,
         McpApprovalResponse,
         *TYPED_ITEMS,
+        *AGENT_ITEMS,
     )
 }
 # Every item a context holds that has a Struct; a context also holds items of other types, kept raw (OtherItem).
@@ -241,6 +247,7 @@ TypedContextItem = (
     | TypedCallItem
     | TypedOutputItem
     | AdditionalTools
+    | AgentItem
 )
 ContextItem = TypedContextItem | OtherItem
 # A compaction is an output item when a create compacted its context (`context_management`, issue 14); an MCP
@@ -256,6 +263,7 @@ OutputItem = (
     | McpApprovalRequest
     | TypedCallItem
     | ToolSearchOutput
+    | AgentItem
 )
 # What a response's `output` may hold: the model's items and, in a multi-agent response, the client's tool outputs
 # injected into it (`response.inject`, protocol.md §1.12), as openai-python's output union has them.

@@ -46,6 +46,7 @@ class ShellCall(_Item, tag="shell_call"):
     id: str | None = None
     status: ItemStatus | None = None
     environment: dict[str, Any] | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 class ShellCallOutput(_Item, tag="shell_call_output"):
@@ -54,6 +55,7 @@ class ShellCallOutput(_Item, tag="shell_call_output"):
     id: str | None = None
     status: ItemStatus | None = None
     max_output_length: int | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 # -- local_shell (the older LocalShellTool) ---------------------------------------------------------------------------
@@ -73,6 +75,7 @@ class LocalShellCall(_Item, tag="local_shell_call"):
     action: LocalShellAction
     id: str | None = None
     status: ItemStatus | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 class LocalShellCallOutput(_Item, tag="local_shell_call_output"):
@@ -82,6 +85,7 @@ class LocalShellCallOutput(_Item, tag="local_shell_call_output"):
     call_id: str | None = None
     id: str | None = None
     status: ItemStatus | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
     def __post_init__(self) -> None:
         # Sent with `call_id` only, it is listed (input_items) with that call id as `id` too: openai-python's item
@@ -108,6 +112,7 @@ class ApplyPatchCall(_Item, tag="apply_patch_call"):
     operation: PatchOperation
     id: str | None = None
     status: Literal["in_progress", "completed"] | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 class ApplyPatchCallOutput(_Item, tag="apply_patch_call_output"):
@@ -115,6 +120,7 @@ class ApplyPatchCallOutput(_Item, tag="apply_patch_call_output"):
     status: Literal["completed", "failed"]
     output: str | None = None
     id: str | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 # -- computer (`computer`, and `computer_use_preview` before it) -----------------------------------------------------
@@ -127,6 +133,7 @@ class ComputerCall(_Item, tag="computer_call"):
     actions: list[dict[str, Any]] | None = None
     id: str | None = None
     status: ItemStatus | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 class ComputerScreenshot(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=False):
@@ -141,6 +148,7 @@ class ComputerCallOutput(_Item, tag="computer_call_output"):
     acknowledged_safety_checks: list[dict[str, Any]] | None = None
     id: str | None = None
     status: ItemStatus | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 # -- tool_search (deferred tools loaded on demand) -------------------------------------------------------------------
@@ -155,6 +163,7 @@ class ToolSearchCall(_Item, tag="tool_search_call"):
     call_id: str | None = None
     id: str | None = None
     status: ItemStatus | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
     @property
     def key(self) -> str:
@@ -170,6 +179,7 @@ class ToolSearchOutput(_Item, tag="tool_search_output"):
     call_id: str | None = None
     id: str | None = None
     status: ItemStatus | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
     @property
     def answers(self) -> str:
@@ -183,6 +193,7 @@ class AdditionalTools(_Item, tag="additional_tools"):
     tools: list[dict[str, Any]]
     role: Literal["developer"] = "developer"
     id: str | None = None
+    agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
 TypedCallItem = ShellCall | LocalShellCall | ApplyPatchCall | ComputerCall | ToolSearchCall

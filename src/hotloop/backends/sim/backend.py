@@ -9,7 +9,10 @@ deferred tools, the conversation's first call searches for them. Per-request ove
 `metadata`: `sim_ttft_ms`, `sim_tps`, `sim_output_tokens`, `sim_tool_calls`, `sim_reasoning_tokens` (thinking before
 each answer or call: a reasoning item, counted in `reasoning_tokens`); and `hotloop_sim_fault`, a test facility
 that makes the model fail: `stall_after:N` (hang after N output tokens), `die_after:N` (raise after N), `crash`
-(raise before the first token). Unparsable overrides are ignored.
+(raise before the first token). Unparsable overrides are ignored. In a multi-agent response (`multi_agent.enabled`),
+the root first spawns `sim_subagents` subagents (default 1) and waits as many times for their answers, then calls
+its client tools as above and answers; each subagent makes `sim_subagent_steps` (default 1) calls, then answers its
+parent: of a client tool it was given (over WebSocket), else of `list_agents`.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from hotloop.backends.sim.schema_example import example_for_schema
 from hotloop.backends.sim.shell import command_field, shell_arguments
 from hotloop.backends.sim.words import WORDS
 from hotloop.chat.specs import ToolSpec
+from hotloop.tools import multi_agent
 from hotloop.tools.grammar import compile_grammar, matches, sample
 from hotloop.tools.registry import BY_KIND, SEARCH_KINDS
 
@@ -156,8 +160,44 @@ class SimBackend:
             reasoning = [(REASONING, ["Let me think: " + words[0]] + [" " + word for word in words[1:]])]
         return reasoning + self._answer(request, rng)
 
+    def _agents(
+        self, request: GenerationRequest, rng: random.Random
+    ) -> list[tuple[ToolSpec | str | None, list[str]]] | None:
+        """A multi-agent response's step (tools/multi_agent.py): the root spawns `sim_subagents` subagents, then
+        waits as many times for their answers; a subagent makes `sim_subagent_steps` calls (of a client tool it was
+        given, else `list_agents`), then answers. None: the agent's own policy goes on (the root's client tools,
+        then its answer)."""
+        actions = {spec.name: spec for spec in request.tools if spec.kind == multi_agent.KIND}
+        done = request.calls_so_far
+        if request.agent != multi_agent.ROOT_NAME:
+            steps = int(self._option(request, "subagent_steps", 1))
+            client = [spec for spec in request.tools if spec.kind not in (multi_agent.KIND, "mcp", *SEARCH_KINDS)]
+            listing = [actions["list_agents"]] if "list_agents" in actions else []
+            tools = [spec for spec in client if acts(spec)] or client or listing
+            if done < steps and tools:
+                return [(tools[0], _pieces(_call_payload(tools[0], rng, done + 1)))]
+            return None
+        count = int(self._option(request, "subagents", 1))
+        if done < count and "spawn_agent" in actions:
+            numbers = range(done + 1, count + 1) if request.parallel_tool_calls else [done + 1]
+            spawn = actions["spawn_agent"]
+            return [(spawn, _pieces(json.dumps(multi_agent.sample("spawn_agent", n)))) for n in numbers]
+        if count <= done < 2 * count and "wait_agent" in actions:
+            return [(actions["wait_agent"], _pieces(json.dumps(multi_agent.sample("wait_agent", 0))))]
+        return None
+
     def _answer(self, request: GenerationRequest, rng: random.Random) -> list[tuple[ToolSpec | str | None, list[str]]]:
         """Tool calls (spec, argument pieces) or one text answer (None, words)."""
+        if request.agent and request.tool_choice != "none":
+            planned = self._agents(request, rng)
+            if planned is not None:
+                return planned
+            # Past its multi-agent steps, the root's own policy (its calls counted from there); a subagent answers.
+            root = request.agent == multi_agent.ROOT_NAME
+            spent = 2 * int(self._option(request, "subagents", 1)) if root else 0
+            tools = [spec for spec in request.tools if spec.kind != multi_agent.KIND] if root else []
+            calls = max(0, request.calls_so_far - spent)
+            request = msgspec.structs.replace(request, tools=tools, calls_so_far=calls)
         k = int(self._option(request, "tool_calls", self.settings.tool_calls))
         wants_tool = request.tools and request.tool_choice != "none"
         if wants_tool and (request.tool_choice == "required" or request.calls_so_far < k):
@@ -281,6 +321,8 @@ def _call_payload(spec: ToolSpec, rng: random.Random, number: int) -> str:
         return patch if matches(matcher, patch) else sample(matcher, rng)
     if spec.freeform:
         return f"simulated input for {spec.name}"
+    if spec.kind == multi_agent.KIND:
+        return json.dumps(multi_agent.sample(spec.name, number))  # type: ignore[arg-type]
     typed = BY_KIND.get(spec.kind)
     if typed is not None:  # a typed client tool: a well-formed action (hotloop/tools/)
         return json.dumps(typed.sample(number, rng))

@@ -22,6 +22,7 @@ from hotloop.chat.media import describe_file
 from hotloop.chat.messages import compaction_text, other_item_text
 from hotloop.chat.reasoning import ReplayPolicy, reasoning_text, replay_from
 from hotloop.chat.specs import ToolSpec
+from hotloop.tools.multi_agent import foreign
 from hotloop.wire.items import (
     Compaction,
     ContextItem,
@@ -70,6 +71,8 @@ def messages(request: GenerationRequest, replay: Replay = DEFAULT_REPLAY) -> lis
     for index, item in enumerate(items):
         if isinstance(item, Reasoning) and index < start:
             continue  # reasoning outside what the engine is to read again
+        if foreign(item):
+            continue  # a subagent's item: the root's context never holds it (tools/multi_agent.py)
         append(out, item, f"input[{index}]", replay.field)
     return out
 

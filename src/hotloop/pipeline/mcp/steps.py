@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import msgspec
 
@@ -22,8 +23,8 @@ from hotloop.chat.specs import ToolSpec
 from hotloop.errors import HotloopError
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
+from hotloop.pipeline.agents.hub import Hub
 from hotloop.pipeline.generate import BLOCKED, Generation, Outcome
-from hotloop.pipeline.inject import Inbox
 from hotloop.pipeline.mcp.calls import Calls
 from hotloop.pipeline.mcp.searches import Searches
 from hotloop.pipeline.prepared import Prepared
@@ -32,6 +33,8 @@ from hotloop.pipeline.service import Service
 from hotloop.pipeline.steering import required_input
 from hotloop.safety.base import Finding
 from hotloop.safety.stage import SUMMARY_MAX
+from hotloop.tools import multi_agent
+from hotloop.tools.multi_agent import foreign
 from hotloop.tools.tool_search import SERVER_KIND
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
@@ -47,40 +50,70 @@ def output_summary(findings: list[tuple[int, Finding]]) -> str:
     return "; ".join(f"{finding.classifier}:{finding.rule}@{index}" for index, finding in findings)[:SUMMARY_MAX]
 
 
+class StepWaits(Protocol):
+    """How an agent waits for its client's tool outputs between its steps (a multi-agent response on WebSocket):
+    the root's through the response's inbox (`Waits`), a subagent's through its own (pipeline/agents/branch.py).
+    `took`: the last wait added outputs; `blocked`: the safety stage blocked one."""
+
+    @property
+    def took(self) -> bool: ...
+
+    @property
+    def blocked(self) -> bool: ...
+
+    def needed(self, builder: ResponseBuilder) -> bool: ...
+
+    def outputs(self, builder: ResponseBuilder, calls: Calls, steered: asyncio.Event) -> AsyncIterator[Event]: ...
+
+
+class StepActions(Protocol):
+    """The multi-agent actions of one agent (pipeline/agents/actions.py): `run` answers the calls its last
+    generation wrote (`acted`: there were some); `between` is what reaches the agent before its next generation."""
+
+    acted: bool
+
+    def run(self, builder: ResponseBuilder, steered: asyncio.Event) -> AsyncIterator[Event]: ...
+
+    def between(self, builder: ResponseBuilder) -> AsyncIterator[Event]: ...
+
+
 @dataclass(slots=True)
 class Waits:
-    """How a multi-agent response waits for its client's tool outputs (pipeline/inject.py): its inbox, the bound
-    of one wait (`ws_inject_wait_s`; 0: none), and what the last wait brought."""
+    """How a multi-agent response's root waits for its client's tool outputs (pipeline/inject.py): through the
+    response's hub (pipeline/agents/hub.py), which adds the injected outputs and the subagents' items as they come,
+    the bound of one wait (`ws_inject_wait_s`; 0: none), and what the last wait brought."""
 
-    inbox: Inbox
+    hub: Hub
     seconds: float
     took: bool = False  # outputs were added: the model generates again
-    blocked: bool = False  # the safety stage blocked an injected output
+
+    @property
+    def blocked(self) -> bool:
+        return self.hub.blocked
+
+    def needed(self, builder: ResponseBuilder) -> bool:
+        """The root's own calls wait for outputs (a subagent's wait in its branch)."""
+        return bool(required_input([item for item in builder.response.output if not foreign(item)]))
 
     async def outputs(self, builder: ResponseBuilder, calls: Calls, steered: asyncio.Event) -> AsyncGenerator[Event]:
-        """Acknowledge and add the injected outputs until no call of the response waits for one. A wait that ends
+        """Acknowledge and add the injected outputs until no call of the root waits for one. A wait that ends
         with nothing (its bound, or a steer) closes the inbox: the response ends with its calls unanswered, as over
         HTTP, and a later inject is failed once it has ended."""
-        self.took = False
+        hub, inbox = self.hub, self.hub.inbox
+        assert inbox is not None
+        hub.took = False
         deadline = time.monotonic() + self.seconds if self.seconds > 0 else None
         while True:
-            for batch in self.inbox.take():
-                yield builder.inject_created()
-                read = await calls.safety.scan_async(None, batch, calls.pool)  # as a create's tool outputs are
-                start = len(builder.response.output)
-                calls.findings += [(start, finding) for finding in read.findings]
-                self.blocked = self.blocked or read.verdict == "block"
-                for item in batch:
-                    for event in builder.add_item(item):
-                        yield event
-                self.took = True
-            if not required_input(builder.response.output) or steered.is_set() or self.blocked:
+            async for event in hub.pump(builder, calls):
+                yield event
+            self.took = hub.took
+            if not self.needed(builder) or steered.is_set() or hub.blocked:
                 return
             left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0 and not self.inbox.pending():
-                self.inbox.close()  # no await between the check and the close: an inject is taken or late
+            if left is not None and left <= 0 and not inbox.pending():
+                inbox.close()  # no await between the check and the close: an inject is taken or late
                 return
-            await self.inbox.wait(left)
+            await hub.wait(left)
 
 
 @dataclass(slots=True)
@@ -98,6 +131,7 @@ class Steps:
     timings: StageTimings
     approved: list[McpCall]  # run first: this create answered their requests
     searches: Searches  # the server-run tool searches (searches.py)
+    usage: Usage | None = None  # the generations' so far
     overhead_s: float = 0.0  # hotloop's own time between the calls and the next generation: the prompt's extension
     calls_s: float = 0.0  # the calls, from their dispatch to their items' end (the MCP servers' time included)
     outcome: Outcome | None = None  # how the steps ended, once `run` is done
@@ -148,65 +182,104 @@ class Steps:
         next_of: Callable[[GenerationRequest], Generation],
         congested: Callable[[], bool] | None,
         steered: asyncio.Event,
-        waits: Waits | None = None,
+        waits: StepWaits | None = None,
+        actions: StepActions | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Every event of the steps, `generation` first (after the approved calls); `outcome` once done. `waits`:
-        a multi-agent response waits for its client's outputs where another would end at the client's calls."""
-        usage: Usage | None = None
-        pending: list[int] = []
-        searched = injected = False
-        for call in self.approved:
-            for event in builder.mcp_call_added(call):
+        a multi-agent response waits for its client's outputs where another would end at the client's calls;
+        `actions`: it runs its agent's multi-agent calls."""
+        self.usage, self.outcome = None, None
+        if self.approved:
+            async for event in self._approved(builder, steered):
                 yield event
-            pending.append(len(builder.response.output) - 1)
+            step = await self._next(builder, generation.request, steered)
+            if isinstance(step, Outcome):
+                self.outcome = step
+                return
+            generation = next_of(step)
         while True:
-            if pending or searched or injected:
-                if pending or searched:
-                    started = time.perf_counter()
-                    async for event in self.calls.run(builder, pending, steered):
-                        yield event
-                    self.calls_s += time.perf_counter() - started
-                if steered.is_set() or self.asked(builder):  # steered: the calls stopped; asked: the client answers
-                    reason = "steered" if steered.is_set() else None
-                    self.outcome = Outcome(status="incomplete" if reason else "completed", usage=usage, reason=reason)
-                    break
-                used = usage.output_tokens if usage is not None else 0
-                request = await self.next_generation(builder, generation.request, used)
-                if isinstance(request, Outcome):
-                    self.outcome = msgspec.structs.replace(request, usage=usage)
-                    break
-                generation = next_of(request)
             async for event in generation.events(congested):
                 yield event
             result = generation.result()
-            usage = result.usage.plus(usage) if result.usage is not None else usage
+            self.usage = result.usage.plus(self.usage) if result.usage is not None else self.usage
             self._count_model_time(generation)
-            pending = builder.mcp_pending()
-            searched = False
-            if result.status == "completed":
-                found, ran = await self.searches.run(builder, self.calls.room)
-                self.calls.spend(ran)
-                for event in found:
-                    searched = True
-                    yield event
-            injected = False
-            if waits is not None and result.status == "completed" and not (pending or searched):
+            if result.status != "completed":
+                self.outcome = msgspec.structs.replace(result, usage=self.usage)
+                break
+            worked = False  # the server answered something (each answer is an item): the model generates again
+            async for event in self._server_work(builder, steered, actions):
+                worked = True
+                yield event
+            if self.outcome is not None:  # steered, or waiting for an approval
+                break
+            if waits is not None and waits.needed(builder):
                 async for event in waits.outputs(builder, self.calls, steered):
                     yield event
                 if waits.blocked:  # an injected output the safety policy blocks: as a create's input would be
-                    self.outcome = msgspec.structs.replace(BLOCKED, usage=usage)
+                    self.outcome = msgspec.structs.replace(BLOCKED, usage=self.usage)
                     break
                 if steered.is_set():  # steered while it waited: it ends here, the outputs so far kept
-                    self.outcome = Outcome(status="incomplete", usage=usage, reason="steered")
+                    self.outcome = Outcome(status="incomplete", usage=self.usage, reason="steered")
                     break
-                injected = waits.took
-            if result.status != "completed" or not (pending or searched or injected):
-                self.outcome = msgspec.structs.replace(result, usage=usage)
+                worked = worked or waits.took
+            if not worked:
+                self.outcome = msgspec.structs.replace(result, usage=self.usage)
                 break
+            if actions is not None:  # what reached the agent while it worked: in before its next generation
+                async for event in actions.between(builder):
+                    yield event
+            step = await self._next(builder, generation.request, steered)
+            if isinstance(step, Outcome):
+                self.outcome = step
+                break
+            generation = next_of(step)
         self.timings.add("mcp_step", self.overhead_s)
         self.timings.add("mcp_call", self.calls_s)
         if self.calls.findings:
             builder.response.metadata[OUTPUT_SAFETY_KEY] = output_summary(self.calls.findings)
+
+    async def _approved(self, builder: ResponseBuilder, steered: asyncio.Event) -> AsyncGenerator[Event]:
+        """The calls this create's approvals answered, run before its first generation."""
+        for call in self.approved:
+            for event in builder.mcp_call_added(call):
+                yield event
+        async for event in self._calls(builder, steered):
+            yield event
+
+    async def _server_work(
+        self, builder: ResponseBuilder, steered: asyncio.Event, actions: StepActions | None
+    ) -> AsyncGenerator[Event]:
+        """What the server runs after a generation: its searches, its MCP calls, its multi-agent actions; sets
+        `outcome` when the response ends here (steered, or an approval asked for)."""
+        found, ran = await self.searches.run(builder, self.calls.room)
+        self.calls.spend(ran)
+        for event in found:
+            yield event
+        if builder.mcp_pending():
+            async for event in self._calls(builder, steered):
+                yield event
+        if actions is not None and not steered.is_set():
+            async for event in actions.run(builder, steered):
+                yield event
+        if steered.is_set() or self.asked(builder):  # steered: the calls stopped; asked: the client answers
+            reason = "steered" if steered.is_set() else None
+            self.outcome = Outcome(status="incomplete" if reason else "completed", usage=self.usage, reason=reason)
+
+    async def _calls(self, builder: ResponseBuilder, steered: asyncio.Event) -> AsyncGenerator[Event]:
+        started = time.perf_counter()
+        async for event in self.calls.run(builder, builder.mcp_pending(), steered):
+            yield event
+        self.calls_s += time.perf_counter() - started
+
+    async def _next(
+        self, builder: ResponseBuilder, template: GenerationRequest, steered: asyncio.Event
+    ) -> GenerationRequest | Outcome:
+        """The next generation's request (steered: none, the response ends)."""
+        if steered.is_set():
+            return Outcome(status="incomplete", usage=self.usage, reason="steered")
+        used = self.usage.output_tokens if self.usage is not None else 0
+        request = await self.next_generation(builder, template, used)
+        return msgspec.structs.replace(request, usage=self.usage) if isinstance(request, Outcome) else request
 
     def _count_model_time(self, generation: Generation) -> None:
         """A later step's generation runs on a clock of its own: its model time joins the turn's."""
@@ -234,7 +307,8 @@ class Steps:
             return Outcome(status="incomplete", reason="max_output_tokens")
         start = time.perf_counter()
         output = builder.response.output
-        new = output[self.rendered_output :]
+        # A multi-agent response's output holds its subagents' items too: its root's context does not.
+        new = [item for item in output[self.rendered_output :] if not foreign(item)]
         self.context.extend(new)
         base = PromptBase(self.context, self.rendered, self.model.chat, new)
         try:
@@ -244,7 +318,7 @@ class Steps:
         self.rendered, self.rendered_output = prompt.state, len(output)
         tools = [*generation.tools, *self.searches.fresh()]
         if self.calls.exhausted:  # no built-in call left: neither MCP tools nor the server's search
-            tools = [spec for spec in tools if spec.kind not in ("mcp", SERVER_KIND)]
+            tools = [spec for spec in tools if spec.kind not in ("mcp", SERVER_KIND, multi_agent.KIND)]
         self.overhead_s += time.perf_counter() - start
         return msgspec.structs.replace(
             generation,

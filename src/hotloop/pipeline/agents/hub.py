@@ -1,0 +1,73 @@
+"""What reaches a multi-agent response's own stream between its root's steps (protocol.md §1.12): the client's
+injected tool outputs (WebSocket, pipeline/inject.py) and the subagents' finished items (roster.py's outbox).
+
+Items go out one at a time (§2.2), so the hub adds them only while the root's builder has no item open: at the
+root's step boundaries and while it waits (for its client's outputs, or in `wait_agent`). A subagent's item goes out
+whole once it has ended, stamped with its agent; an injected output that answers a subagent's call is added to the
+response's output and handed to that subagent (`Agent.outputs`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator
+
+import msgspec
+
+from hotloop.pipeline.agents.roster import Roster
+from hotloop.pipeline.inject import Inbox
+from hotloop.pipeline.mcp.calls import Calls
+from hotloop.tools.registry import pair
+from hotloop.wire.builder import ResponseBuilder
+from hotloop.wire.events import Event
+from hotloop.wire.items import ResponseItem
+
+
+class Hub:
+    """The root's side of a multi-agent response: its inbox (None over HTTP), its roster, and what came in."""
+
+    def __init__(self, inbox: Inbox | None, roster: Roster) -> None:
+        self.inbox = inbox
+        self.roster = roster
+        self.bell = roster.root.bell
+        self.blocked = False  # the safety stage blocked an injected output
+        self.took = False  # outputs for the root's own calls were added since `took` was reset
+
+    async def pump(self, builder: ResponseBuilder, calls: Calls) -> AsyncGenerator[Event]:
+        """Everything waiting, in order: each committed inject (`response.inject.created`, its outputs) and the
+        subagents' finished items; nothing while the root has an item open."""
+        if not builder.idle:
+            return
+        if self.inbox is not None:
+            for batch in self.inbox.take():
+                yield builder.inject_created()
+                read = await calls.safety.scan_async(None, batch, calls.pool)  # as a create's tool outputs are
+                start = len(builder.response.output)
+                calls.findings += [(start, finding) for finding in read.findings]
+                self.blocked = self.blocked or read.verdict == "block"
+                for item in batch:
+                    for event in self._injected(builder, item):
+                        yield event
+        for path, item in self.roster.take_outbox():
+            found = pair(item)
+            if found is not None and found[0] == "call":
+                self.roster.owners[found[1]] = path  # its output, injected later, goes to that subagent
+            for event in builder.add_item(item):
+                yield event
+
+    def _injected(self, builder: ResponseBuilder, item: ResponseItem) -> list[Event]:
+        found = pair(item)
+        owner = self.roster.get(self.roster.owners.get(found[1], "")) if found is not None else None
+        if owner is None:
+            self.took = True
+            return builder.add_item(item)
+        owner.outputs.append(item)
+        owner.bell.set()
+        return builder.add_item(msgspec.structs.replace(item, agent={"agent_name": owner.path}))
+
+    async def wait(self, seconds: float | None) -> None:
+        """Until something comes for the root (an inject, a subagent's item or message, a steer) or `seconds`."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.bell.wait(), seconds)
+        self.bell.clear()  # whatever rang is taken by the next `pump` (or read by its waiter), after this
