@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import start_server
 from hotloop.cli import main
+from metrics_support import scrape
 
 MODES = ["http-full", "http-chain", "ws"]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -205,6 +207,66 @@ def test_mcp_needs_a_ws_rollout(capsys: pytest.CaptureFixture[str]) -> None:
     assert "an option of --mcp" in capsys.readouterr().err
     assert main(["bench", "agent-loop", "--modes", "ws", "--mcp", "--tools", "typed", "--quiet"]) == 1
     assert "not with --tools or --deferred" in capsys.readouterr().err
+
+
+def test_agent_loop_as_one_multi_agent_response(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Mode `inject`: the ws rollout's loop as one multi-agent response, each tool output sent by
+    `response.inject`. The server finished one response per inject rollout (its /metrics), the client saw one
+    `response.created` and every call answered; the prompts and outputs are the ws loop's, and the report has the
+    mode, its per-step figures and its ratios to ws."""
+    out = tmp_path / "inject.json"
+    server = start_server(tmp_path / "data", models=["hotloop-sim"])
+    try:
+        before = scrape(server).total("hotloop_responses_total", transport="websocket")
+        argv = ["bench", "agent-loop", "--turns", "4", "--context-tokens", "3000", "--tps", "5000", "--ttft-ms", "2"]
+        argv += ["--tool-ms", "5", "--runs", "2", "--modes", "ws,inject", "--base-url", server.base_url]
+        assert main([*argv, "--json", str(out)]) == 0
+        finished = scrape(server).total("hotloop_responses_total", transport="websocket") - before
+    finally:
+        server.stop()
+    # The warm-up (2 turns a mode) and the 2 runs: a response a ws turn, ONE a whole inject rollout.
+    assert finished == (2 + 2 * 4) + (1 + 2 * 1)
+    result = json.loads(out.read_text())
+    assert list(result["modes"]) == ["ws", "inject"]
+    ws, inject = result["modes"]["ws"], result["modes"]["inject"]
+    for run, beside in zip(inject["runs"], ws["runs"], strict=True):
+        measured = run["inject"]
+        assert measured["responses_created"] == 1 and measured["steps"] == 3 and measured["generations"] == 4
+        assert measured["output_items"] == 3 + 3 + 1  # the calls, the injected outputs, the answer
+        assert measured["ack_ms"] > 0 and "mcp_step" in measured["timings"]
+        turns = run["turns"]
+        assert [t["call"] for t in turns] == ["function_call:shell"] * 3 + [""]
+        # the ws rollout's tool outputs; each generation's output tokens are its deltas, which sum to the usage
+        assert [t["output_chars"] for t in turns] == [t["output_chars"] for t in beside["turns"]]
+        assert measured["output_tokens_from"] == "deltas"
+        assert sum(t["output_tokens"] for t in turns) == measured["output_tokens"]
+        assert measured["input_tokens"] >= measured["input_tokens_ws"] > 0  # its prompts hold the ws turns' items
+        for turn in turns:
+            assert 0 < turn["ttft_ms"] <= turn["turn_ms"] and turn["model_ms"] >= 2
+            assert turn["overhead_ms"] == pytest.approx(turn["turn_ms"] - turn["model_ms"])
+        assert all(t["tool_ms"] >= 5 for t in turns[:-1]) and turns[-1]["tool_ms"] == 0
+        assert run["e2e_ms"] >= run["physical_ms"] > 3 * 5
+    median = inject["median"]
+    assert median["turns_completed"] == 4 and median["e2e_over_physical"] >= 1
+    assert median["overhead_tool_steps_ms"] is not None and median["to_first_output_overhead_ms"] is not None
+    assert median["inject"]["responses_created"] == 1
+    names = ["e2e inject/ws", "overhead inject/ws", "overhead per tool step inject/ws", "to first output inject/ws"]
+    assert set(names) <= set(result["ratios"])
+    assert result["ratios"]["e2e inject/ws"] == pytest.approx(median["e2e_ms"] / ws["median"]["e2e_ms"])
+    table = capsys.readouterr().out
+    assert "one multi-agent response (inject)" in table and "1 response created a run, 3 injects" in table
+
+
+def test_inject_needs_a_ws_rollout_before_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "agent-loop", "--modes", "inject", "--quiet"]) == 1
+    assert "--modes must list ws before it" in capsys.readouterr().err
+    assert main(["bench", "agent-loop", "--modes", "inject,ws", "--quiet"]) == 1
+    assert "--modes must list ws before it" in capsys.readouterr().err
+    assert main(["bench", "agent-loop", "--modes", "ws,inject", "--deferred", "3", "--quiet"]) == 1
+    assert "mode inject runs on hotloop-sim" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", "overhead", "--modes", "ws,inject"])  # a loop mode, not a continuation's
+    assert exited.value.code == 2
 
 
 def test_overhead(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

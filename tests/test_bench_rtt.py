@@ -161,6 +161,20 @@ def test_the_loop_in_the_server_pays_one_round_trip(tmp_path: Path) -> None:
     assert far["result"]["modes"]["mcp"]["runs"][0]["mcp"]["server_calls"] == 2
 
 
+def test_the_loop_as_one_response_still_pays_a_round_trip_a_turn(tmp_path: Path) -> None:
+    """Mode inject: one response, but the create and each inject wait for the events they start: a round trip
+    each, through the proxy."""
+    result = _rtt_run(tmp_path, "--modes", "ws,inject", "--tool-ms", "5")
+    far = result["client_rtt"][1]
+    inject = far["modes"]["inject"]
+    assert inject["round_trips"] == 3 and inject["e2e_ms"] >= inject["physical_plus_rtts_ms"]
+    run = far["result"]["modes"]["inject"]["runs"][0]
+    assert run["inject"]["responses_created"] == 1
+    for turn in run["turns"]:
+        assert turn["turn_ms"] >= turn["model_ms"] + 20.0
+    assert "e2e inject/ws" in far["ratios"] and "R=20 ms: e2e inject/ws" in result["ratios"]
+
+
 @pytest.mark.parametrize("value", ["", "20,x", "-5"])
 def test_bad_rtts_are_a_usage_error(value: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:

@@ -48,10 +48,12 @@ def typed(frame: dict[str, Any]) -> dict[str, Any]:
     return frame
 
 
-def until(ws: WS, seen: list[dict[str, Any]], stop: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+def until(
+    ws: WS, seen: list[dict[str, Any]], stop: Callable[[dict[str, Any]], bool], timeout: float = 20
+) -> dict[str, Any]:
     """Read (typed) frames into `seen` until `stop` holds for one; that one."""
     while True:
-        frame = typed(ws.recv(timeout=20))
+        frame = typed(ws.recv(timeout=timeout))
         seen.append(frame)
         if stop(frame):
             return frame

@@ -28,6 +28,12 @@ def agent_config(args: argparse.Namespace) -> AgentLoopConfig:
         raise BenchError("--mcp returns the ws rollout's tool outputs: --modes must include ws")
     if args.upstream and args.base_url:
         raise BenchError("--upstream starts its own hotloop: not with --base-url")
+    if "inject" in args.modes and (args.upstream or args.compact_threshold is not None or args.deferred):
+        # Each step's model time is hotloop-sim's (ttft + decode: an engine's prefill is not split per generation);
+        # a multi-agent response compacts only at its create; a server-run search is a generation of its own.
+        raise BenchError("mode inject runs on hotloop-sim: not with --upstream, --compact-threshold or --deferred")
+    if "inject" in args.modes and "ws" not in args.modes[: args.modes.index("inject")]:
+        raise BenchError("mode inject sends the ws rollout's tool outputs: --modes must list ws before it")
     return AgentLoopConfig(
         turns=args.turns,
         context_tokens=args.context_tokens,

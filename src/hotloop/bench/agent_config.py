@@ -6,7 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hotloop.bench.clients import MODES
 from hotloop.bench.scenario import INSTRUCTIONS, MODEL, sim_metadata, tool_set
+
+# The agent loop's modes: the client-run ones (a response per turn), and `inject` (bench/inject_loop.py: the ws
+# loop as one multi-agent response, after `ws`, whose tool outputs it sends).
+AGENT_MODES = (*MODES, "inject")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The agent-loop scenario: scripted Codex-like rollouts per mode, timed per turn against the physical limit. The
-client-run rollouts are bench/rollout.py's, mode `mcp`'s bench/mcp_loop.py's; this module runs them all and sums
-them up."""
+client-run rollouts are bench/rollout.py's, mode `mcp`'s bench/mcp_loop.py's, mode `inject`'s bench/inject_loop.py's;
+this module runs them all and sums them up."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hotloop.bench.clients import BenchError, open_client
 from hotloop.bench.progress import Progress
 from hotloop.bench.rollout import run_rollout
 from hotloop.bench.scenario import USER_TASK, Rollout, tool_set, user_message
-from hotloop.bench.stats import median, ratio
+from hotloop.bench.stats import median, medians, ratio
 
 if TYPE_CHECKING:
     from hotloop.bench.mcp_tools import McpToolProcess
@@ -48,6 +48,8 @@ async def run_agent_loop(
     progress = progress or Progress(enabled=False)
     if "mcp" in config.modes and (mcp_server is None or "ws" not in config.modes[: config.modes.index("mcp")]):
         raise BenchError("mode mcp needs the MCP tool server and a ws rollout before it (its tool outputs)")
+    if "inject" in config.modes and "ws" not in config.modes[: config.modes.index("inject")]:
+        raise BenchError("mode inject sends the ws rollout's tool outputs: --modes must list ws before it")
     cpt = await chars_per_token(base_url, api_key, config.model)
     fixed = config.compact_threshold is not None
     rollout = Rollout(turns=config.turns, context_tokens=config.context_tokens, chars_per_token=cpt, fixed=fixed)
@@ -149,6 +151,12 @@ async def _one_run(
         ws = next(r for r in reversed(earlier) if r.mode == "ws" and r.run == run)  # this run's client-run rollout
         sizes = [t.output_chars for t in ws.turns[:-1]]
         return await run_mcp_rollout(base_url, mcp_server, rollout, config, sizes, run, progress, api_key)
+    if mode == "inject":
+        from hotloop.bench.inject_loop import run_inject_rollout
+
+        beside = "ws" + name[len(mode) :]  # ws with the same tool set
+        ws = next(r for r in reversed(earlier) if r.mode == beside and r.run == run)
+        return await run_inject_rollout(base_url, fields, rollout, config, ws, progress, name, api_key)
     client = await open_client(mode, base_url, fields, api_key)
     try:
         return await run_rollout(client, rollout, config, run, progress, name)
@@ -173,6 +181,30 @@ def _long_session(runs: list[RunRecord]) -> dict[str, Any]:
         else None,
         "context_max_tokens": max(t.context_tokens for t in turns if not t.compacted),
     }
+
+
+def _to_first_output(config: AgentLoopConfig, runs: list[RunRecord]) -> float | None:
+    """The median time from a tool step's request (a create, or an inject) to its first output, less hotloop-sim's
+    ttft: hotloop's own time before the model writes. None through an engine (its prefill is in it)."""
+    times = [t.ttft_ms - config.ttft_ms for r in runs for t in r.turns[1:] if t.ttft_ms is not None]
+    return median(times) if times and config.upstream is None else None
+
+
+def _inject_ratios(suffix: str, ws: dict[str, Any], inject: dict[str, Any]) -> dict[str, float]:
+    """The loop as one multi-agent response beside the ws loop: e2e, overhead per turn (medians over every turn),
+    per tool step (every turn but the first) and to a tool step's first output."""
+    name = f"inject{suffix}/ws{suffix}"
+    out = {
+        f"e2e {name}": ratio(inject["e2e_ms"], ws["e2e_ms"]),
+        f"overhead {name}": ratio(inject["overhead_ms"], ws["overhead_ms"]),
+    }
+    for key, what in (
+        ("overhead_tool_steps_ms", "overhead per tool step"),
+        ("to_first_output_overhead_ms", "to first output"),
+    ):
+        if inject.get(key) is not None and ws.get(key) is not None:
+            out[f"{what} {name}"] = ratio(inject[key], ws[key])
+    return out
 
 
 def summarize(config: AgentLoopConfig, cpt: float, runs: list[RunRecord]) -> dict[str, Any]:
@@ -221,6 +253,12 @@ def summarize(config: AgentLoopConfig, cpt: float, runs: list[RunRecord]) -> dic
                 "turns_completed": min(len(r.turns) for r in mine),
                 "ttft_ms": median(t.ttft_ms for t in all_turns if t.ttft_ms is not None),
                 "overhead_ms": median(t.overhead_ms for t in all_turns),
+                # The turns a tool's output started (all but the first): hotloop's own time per tool step, and its
+                # part before the generation's first output (hotloop-sim's ttft taken off; not with an engine).
+                "overhead_tool_steps_ms": median(t.overhead_ms for r in mine for t in r.turns[1:])
+                if turns > 1
+                else None,
+                "to_first_output_overhead_ms": _to_first_output(config, mine),
                 "overhead_first_turn_ms": per_turn[0]["overhead_ms"],
                 "overhead_last_turn_ms": per_turn[-1]["overhead_ms"],
                 "context_first_turn_tokens": per_turn[0]["context_tokens"],
@@ -233,6 +271,8 @@ def summarize(config: AgentLoopConfig, cpt: float, runs: list[RunRecord]) -> dic
             # How often each call came, over all runs: `function_call:shell`, `shell_call`, `apply_patch_call`, ...
             "calls": dict(Counter(t.call for t in all_turns if t.call)),
         }
+        if mine[0].inject is not None:
+            modes[mode]["median"]["inject"] = medians([r.inject or {} for r in mine])
     ratios: dict[str, float] = {}
     for suffix in ("", *(f"+{tools}" for tools in config.tools if tools != "function")):
         for other in ("http-full", "http-chain"):
@@ -251,6 +291,10 @@ def summarize(config: AgentLoopConfig, cpt: float, runs: list[RunRecord]) -> dic
                 ratios[f"e2e {mode}+{tools}/{mode}"] = ratio(theirs["e2e_ms"], base["e2e_ms"])
     if "mcp" in modes and "ws" in modes:
         ratios["e2e mcp/ws"] = ratio(modes["mcp"]["median"]["e2e_ms"], modes["ws"]["median"]["e2e_ms"])
+    for suffix in ("", *(f"+{tools}" for tools in config.tools if tools != "function")):
+        ws, inject = modes.get(f"ws{suffix}"), modes.get(f"inject{suffix}")
+        if ws is not None and inject is not None:
+            ratios.update(_inject_ratios(suffix, ws["median"], inject["median"]))
     for mode, data in modes.items():
         ratios[f"e2e {mode}/physical"] = data["median"]["e2e_over_physical"]
         if "e2e_over_measured_tools" in data["median"]:  # the client's tools (not mcp mode's, inside the server)

@@ -1,5 +1,5 @@
 """What the agent-loop scenario records: each rollout's run and each of its turns, as timed (client-run modes and
-mode `mcp` alike)."""
+modes `mcp` and `inject` alike)."""
 
 from __future__ import annotations
 
@@ -37,3 +37,4 @@ class RunRecord:
     physical_ms: float  # model time + nominal tool time: the floor
     turns: list[TurnRecord] = field(default_factory=list)
     mcp: dict[str, Any] | None = None  # mode `mcp`: the loop's steps as hotloop and the MCP server measured them
+    inject: dict[str, Any] | None = None  # mode `inject`: its one response, the injects' acknowledgements

@@ -1,4 +1,5 @@
-"""One small client per mode (http-full, http-chain, ws) behind a common interface: send new items, time the turn."""
+"""One small client per mode (http-full, http-chain, ws) behind a common interface: send new items, time the turn;
+the event tracking and the WebSocket opening they share with mode `inject` (bench/inject_loop.py)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ class TurnResult:
     cached_tokens: int = 0  # usage.input_tokens_details.cached_tokens (an upstream engine's prefix cache)
 
 
-class _Tracker:
+class Tracker:
     """Follows one response's events: first delta, timing metrics, terminal."""
 
     def __init__(self, start: float) -> None:
@@ -64,7 +65,7 @@ class _Tracker:
 
     def feed(self, kind: str, data: bytes | str) -> bool:
         """Take one event (its type and JSON); True once the terminal event has arrived."""
-        if self.ttft is None and (kind in FIRST_OUTPUT or (kind == ITEM_ADDED and _typed_call(data))):
+        if self.ttft is None and first_output(kind, data):
             self.ttft = time.perf_counter() - self.start
             return False
         if kind == TIMING_EVENT:
@@ -93,8 +94,13 @@ class _Tracker:
         return True
 
 
-def _typed_call(data: bytes | str) -> bool:
-    """An `output_item.added` that opens a typed call (decoded only until the turn's first output: a few items)."""
+def first_output(kind: str, data: bytes | str) -> bool:
+    """Whether the event is a generation's first output: a delta, or the `output_item.added` of a typed call (its
+    item decoded only then: a few items a turn)."""
+    if kind in FIRST_OUTPUT:
+        return True
+    if kind != ITEM_ADDED:
+        return False
     item = _decode(data).get("item")
     return isinstance(item, dict) and item.get("type") in TYPED_CALLS
 
@@ -131,7 +137,7 @@ class _HttpClient:
     async def _post(self, body: dict[str, Any]) -> TurnResult:
         content = _encode(body)
         start = time.perf_counter()
-        tracker = _Tracker(start)
+        tracker = Tracker(start)
         async with self.http.stream("POST", "/responses", content=content) as reply:
             if reply.status_code != 200:
                 raise BenchError(f"HTTP {reply.status_code}: {(await reply.aread())[:2000]!r}")
@@ -197,16 +203,7 @@ class WsClient:
 
     @classmethod
     async def open(cls, base_url: str, request: dict[str, Any], api_key: str | None = None) -> WsClient:
-        from websockets.asyncio.client import connect
-
-        url = base_url.rstrip("/").replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/responses"
-        headers = {TIMING_HEADER: "true"}
-        if api_key:
-            headers["authorization"] = f"Bearer {api_key}"
-        connection = await connect(
-            url, additional_headers=headers, max_size=None, compression=None, open_timeout=30, ping_interval=None
-        )
-        return cls(connection, request)
+        return cls(await ws_connect(base_url, api_key), request)
 
     async def turn(self, new_items: list[dict[str, Any]]) -> TurnResult:
         body = {"type": "response.create", "store": False, **self.request, "input": new_items}
@@ -214,7 +211,7 @@ class WsClient:
             body["previous_response_id"] = self.previous
         frame = _encode(body).decode()
         start = time.perf_counter()
-        tracker = _Tracker(start)
+        tracker = Tracker(start)
         await self.connection.send(frame)
         while True:
             raw = await self.connection.recv()
@@ -227,6 +224,19 @@ class WsClient:
 
     async def close(self) -> None:
         await self.connection.close()
+
+
+async def ws_connect(base_url: str, api_key: str | None = None) -> ClientConnection:
+    """A WebSocket to `base_url`'s /responses, asking for the timing metrics event."""
+    from websockets.asyncio.client import connect
+
+    url = base_url.rstrip("/").replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/responses"
+    headers = {TIMING_HEADER: "true"}
+    if api_key:
+        headers["authorization"] = f"Bearer {api_key}"
+    return await connect(
+        url, additional_headers=headers, max_size=None, compression=None, open_timeout=30, ping_interval=None
+    )
 
 
 def kind_of(raw: str | bytes) -> str:

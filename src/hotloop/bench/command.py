@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any
 
+from hotloop.bench.agent_config import AGENT_MODES
 from hotloop.bench.clients import MODES, BenchError
 from hotloop.bench.invocation import run_client, upstream_config, upstream_table
 from hotloop.bench.scenario import HISTORY_SHAPES, TOOL_SETS
@@ -21,12 +22,15 @@ if TYPE_CHECKING:
 Formatter = argparse.ArgumentDefaultsHelpFormatter
 
 
-def _modes(raw: str) -> tuple[str, ...]:
-    modes = tuple(part.strip() for part in raw.split(",") if part.strip())
-    unknown = [mode for mode in modes if mode not in MODES]
-    if unknown or not modes:
-        raise argparse.ArgumentTypeError(f"modes must be among {', '.join(MODES)}")
-    return modes
+def _modes(known: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    def parse(raw: str) -> tuple[str, ...]:
+        modes = tuple(part.strip() for part in raw.split(",") if part.strip())
+        unknown = [mode for mode in modes if mode not in known]
+        if unknown or not modes:
+            raise argparse.ArgumentTypeError(f"modes must be among {', '.join(known)}")
+        return modes
+
+    return parse
 
 
 def _tool_sets(raw: str) -> tuple[str, ...]:
@@ -80,15 +84,15 @@ def _non_negative_int(raw: str) -> int:
     return value
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser, known: tuple[str, ...] = MODES, more: str = "") -> None:
     parser.add_argument(
         "--modes",
-        type=_modes,
+        type=_modes(known),
         default=",".join(MODES),
         metavar="MODES",
         help="comma-separated modes: http-full (store=false, whole history resent, SSE, one keep-alive "
         "connection), http-chain (store=true, previous_response_id + new items, SSE), ws (one WebSocket, "
-        "store=false, previous_response_id + new items)",
+        "store=false, previous_response_id + new items)" + more,
     )
     parser.add_argument("--json", metavar="PATH", help="write the results (per mode, per turn, medians) as JSON")
     parser.add_argument("--plot", metavar="PATH", help="write a PNG plot of the results")
@@ -203,7 +207,12 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "its own (`hotloop serve`, one worker): the set-up of the figures measured before issue 31",
     )
     _upstream_arguments(loop)
-    _common(loop)
+    _common(
+        loop,
+        AGENT_MODES,
+        ", inject (after ws: the same loop as ONE multi-agent response on one WebSocket, each tool output sent by "
+        "response.inject, not by a new response.create; the ws rollout's tool outputs; hotloop-sim only)",
+    )
     over = scenarios.add_parser(
         "overhead",
         help="per-turn server overhead against history size",

@@ -21,7 +21,7 @@ from hotloop.bench.agent_records import RunRecord, TurnRecord
 from hotloop.bench.clients import BenchError, open_client
 from hotloop.bench.mcp_tools import LABEL
 from hotloop.bench.scenario import Rollout, user_message
-from hotloop.bench.stats import median, ratio
+from hotloop.bench.stats import median, medians, ratio
 
 if TYPE_CHECKING:
     from hotloop.bench.mcp_tools import McpToolProcess
@@ -139,9 +139,7 @@ def mcp_summary(config: AgentLoopConfig, runs: list[RunRecord]) -> dict[str, Any
     e2e = median(r.e2e_ms for r in runs)
     physical = median(r.physical_ms for r in runs)
     steps = max(1, config.turns - 1)
-    measured = [r.mcp or {} for r in runs]
-    keys = [key for key, value in measured[0].items() if isinstance(value, int | float)]
-    medians = {key: median(float(m[key]) for m in measured if isinstance(m.get(key), int | float)) for key in keys}
+    measured = medians([r.mcp or {} for r in runs])
     ttfts = [t.ttft_ms for r in runs for t in r.turns if t.ttft_ms is not None]
     return {
         "runs": [asdict(r) for r in runs],
@@ -152,10 +150,10 @@ def mcp_summary(config: AgentLoopConfig, runs: list[RunRecord]) -> dict[str, Any
             "e2e_over_physical": ratio(e2e, physical),
             "excess_ms": e2e - physical,
             "excess_per_step_ms": (e2e - physical) / steps,
-            "turns_completed": int(medians.get("generations", 0)),
+            "turns_completed": int(measured.get("generations", 0)),
             "ttft_ms": median(ttfts) if ttfts else None,
             "tool_ms_total": median(r.turns[0].tool_ms for r in runs),
-            "context_last_turn_tokens": int(medians.get("context_after_tokens", 0)),
-            "mcp": medians,
+            "context_last_turn_tokens": int(measured.get("context_after_tokens", 0)),
+            "mcp": measured,
         },
     }

@@ -116,7 +116,7 @@ def agent_loop_table(result: dict[str, Any]) -> str:
         model = "(the engine's own time where it reports one, else uncached input x prefill + (output_tokens-1)/tps)"
     legend = f"overhead = turn time seen by the client - model time {model}; first/last: at the first/last turn"
     text = f"{head}\n{table(header, rows)}\n{legend}\nratios (medians):\n{ratios}"
-    text += _compaction_table(result) + _mcp_table(result) + _tools_lines(result)
+    text += _compaction_table(result) + _mcp_table(result) + _inject_table(result) + _tools_lines(result)
     return text + ("\n" + cached_table(result) if upstream else "")
 
 
@@ -198,6 +198,36 @@ def _mcp_table(result: dict[str, Any]) -> str:
         f"  MCP server answers with {'JSON bodies' if result['config'].get('mcp_json_response') else 'event streams'}"
         f"; TCP connections per run {fmt(mcp['tcp_connections'], 0)}",
     ]
+    return "\n".join(lines)
+
+
+def _inject_table(result: dict[str, Any]) -> str:
+    """Mode `inject`: the loop as one multi-agent response beside the ws loop, hotloop's own time per step."""
+    modes = result["modes"]
+    injects = [mode for mode in modes if mode.split("+")[0] == "inject"]
+    if not injects:
+        return ""
+    keys = ("overhead_ms", "overhead_tool_steps_ms", "to_first_output_overhead_ms", "overhead_last_turn_ms")
+    rows = []
+    for mode in injects:
+        for name in ("ws" + mode[len("inject") :], mode):
+            if name in modes:
+                m = modes[name]["median"]
+                rows.append([name, fmt(m["e2e_ms"] / 1000, 3), *(fmt(m.get(key), 2) for key in keys)])
+    lines = ["\nthe loop as one multi-agent response (inject) beside the ws loop; medians:"]
+    lines.append(table(["mode", "e2e s", "per turn ms", "per tool step ms", "to 1st output ms", "last ms"], rows))
+    for mode in injects:
+        measured = modes[mode]["median"]["inject"]
+        lines.append(
+            f"  {mode}: {fmt(measured['responses_created'], 0)} response created a run, "
+            f"{fmt(measured['steps'], 0)} injects, {fmt(measured['generations'], 0)} generations;\n"
+            f"    response.inject.created {fmt(measured.get('ack_ms'), 2)} ms after the inject; prompt extension "
+            f"(mcp_step) {fmt(measured['extension_per_step_ms'], 2)} ms a step"
+        )
+    lines.append(
+        "per turn: turn (ws: create to terminal; inject: create or inject to the call's output_item.done, the last "
+        "to terminal) - model time;\nper tool step: all turns but the first; to 1st output: ttft seen - sim ttft"
+    )
     return "\n".join(lines)
 
 
@@ -329,7 +359,7 @@ def write_json(result: dict[str, Any], path: str) -> None:
     Path(path).write_text(json.dumps({**result, "environment": environment()}, indent=1, allow_nan=True) + "\n")
 
 
-_COLORS = {"http-full": "#d62728", "http-chain": "#ff7f0e", "ws": "#1f77b4"}
+_COLORS = {"http-full": "#d62728", "http-chain": "#ff7f0e", "ws": "#1f77b4", "inject": "#9467bd"}
 
 
 def plot_agent_loop(result: dict[str, Any], path: str) -> None:

@@ -71,7 +71,8 @@ async def measure_rtt(url: str, direct_url: str, samples: int = PROBES) -> float
 
 
 def round_trips(config: AgentLoopConfig, mode: str) -> int:
-    """The client's round trips in one rollout: a request per turn, or the loop inside the server's one create."""
+    """The client's round trips in one rollout: a request per turn (mode inject: its create, then an inject per
+    tool output, each waited for), or the loop inside the server's one create."""
     return 1 if mode == "mcp" else config.turns
 
 

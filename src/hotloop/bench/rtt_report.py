@@ -6,7 +6,7 @@ from typing import Any
 
 from hotloop.bench.report import fmt, table
 
-COLORS = {"http-full": "#d62728", "http-chain": "#ff7f0e", "ws": "#1f77b4", "mcp": "#2ca02c"}
+COLORS = {"http-full": "#d62728", "http-chain": "#ff7f0e", "ws": "#1f77b4", "mcp": "#2ca02c", "inject": "#9467bd"}
 
 
 def rtt_table(result: dict[str, Any]) -> str:
@@ -39,7 +39,8 @@ def rtt_table(result: dict[str, Any]) -> str:
             )
     legend = (
         "limit = model time + tool time (no RTT in it); trips: the client's round trips a rollout (a request per "
-        "turn; mcp: its one create); measured: GET /healthz through the proxy less direct, ms"
+        "turn; inject: its create and each inject; mcp: its one create); measured: GET /healthz through the proxy "
+        "less direct, ms"
     )
     return f"{head}\n{table(header, rows)}\n{legend}"
 

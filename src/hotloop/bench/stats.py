@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable
+from typing import Any
 
 
 def median(values: Iterable[float]) -> float:
@@ -23,3 +24,9 @@ def percentile(values: Iterable[float], q: float) -> float:
 
 def ratio(a: float, b: float) -> float:
     return a / b if b else math.nan
+
+
+def medians(measured: list[dict[str, Any]]) -> dict[str, float]:
+    """Per number the first record holds, its median over the records (over those that hold a number for it)."""
+    keys = [key for key, value in measured[0].items() if isinstance(value, int | float)] if measured else []
+    return {key: median(float(m[key]) for m in measured if isinstance(m.get(key), int | float)) for key in keys}
