@@ -9,6 +9,7 @@ import pytest
 
 from hotloop.errors import InvalidParam
 from hotloop.pipeline.inject import MAX_LATE, Inbox
+from hotloop.pipeline.steering import Steer
 from hotloop.wire.items import FunctionCall, FunctionCallOutput
 
 pytestmark = pytest.mark.fast
@@ -65,7 +66,9 @@ async def test_a_wait_ends_with_a_commit_a_wake_or_its_bound() -> None:
     await asyncio.wait_for(waiter, 1)
     inbox.take()
     waiter = asyncio.create_task(inbox.wait(None))
-    inbox.wake()
+    inbox.steer(Steer(id="steer_1", target="resp_1", input="stop", entries=[]))  # a steer ends a wait too
     await asyncio.wait_for(waiter, 1)
+    assert inbox.steered.is_set() and [steer.id for steer in inbox.late_steers()] == ["steer_1"]
+    assert inbox.late_steers() == []  # taken once
     inbox.take()
     await asyncio.wait_for(inbox.wait(0.01), 1)  # its bound

@@ -26,7 +26,7 @@ from openai.types.responses import (
 from conftest import RunningServer, stored_counts
 from hotloop.backends.base import GenerationRequest
 from hotloop.backends.sim.backend import SimBackend
-from hotloop.pipeline.mcp.searches import Searches
+from hotloop.pipeline.steps.searches import Searches
 from hotloop.pipeline.tools import resolve_tools
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.response import Response

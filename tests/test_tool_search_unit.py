@@ -12,7 +12,7 @@ import pytest
 from hotloop.chat.specs import ToolSpec
 from hotloop.errors import InvalidParam
 from hotloop.pipeline.mcp.listing import _offered
-from hotloop.pipeline.mcp.searches import _query
+from hotloop.pipeline.steps.searches import _query
 from hotloop.pipeline.tools import resolve_tools
 from hotloop.tools import tool_search
 from hotloop.tools.tool_search import (

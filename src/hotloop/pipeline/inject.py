@@ -4,7 +4,7 @@ With `multi_agent.enabled` on WebSocket, a client-owned call does not end the re
 response waits, and the client commits the outputs with `response.inject {response_id, input}`. The connection hands
 each inject to the running turn synchronously, as a steer is handed (never through the lane, which the waiting
 response holds); `Inbox.offer` checks the whole batch against the calls the response still waits for and commits it
-or nothing. The turn's steps (pipeline/mcp/steps.py) take the committed batches in their own event sequence:
+or nothing. The turn's steps (pipeline/steps/) take the committed batches in their own event sequence:
 `response.inject.created`, the outputs as output items, and once no call waits, the next generation on the extended
 prompt. Pure but for one `asyncio.Event`.
 """
@@ -20,7 +20,7 @@ import msgspec
 
 from hotloop.errors import InvalidParam
 from hotloop.pipeline.normalize import normalize_item
-from hotloop.pipeline.steering import required_input
+from hotloop.pipeline.steering import Steer, check_room, required_input
 from hotloop.pipeline.validate import check_new_items
 from hotloop.tools.registry import answered, pair
 from hotloop.wire.items import ResponseItem
@@ -67,10 +67,17 @@ def checked(raw: Sequence[msgspec.Raw], waiting: dict[str, str], secret: bytes) 
 
 
 class Inbox:
-    """What a waiting multi-agent response receives on its connection: committed batches of tool outputs, taken
-    by its steps in commit order, and the injects that came once it was ending (`late`, failed after its end)."""
+    """What reaches a running response from outside, in order: its steers (pipeline/steering.py), and, for a
+    multi-agent response on WebSocket (`injects`), committed batches of tool outputs, taken by its steps in commit
+    order, and the injects that came once it was ending (`late`, failed after its end)."""
 
-    def __init__(self, wake: asyncio.Event | None = None) -> None:
+    def __init__(self, wake: asyncio.Event | None = None, injects: bool = True) -> None:
+        self.injects = injects
+        # Steers accepted; the first `acked` were acknowledged in the response's own sequence. The generation reads
+        # the list itself (pipeline/generate.py): once one is there, it stops at the next delta.
+        self.steers: list[Steer] = []
+        self.acked = 0
+        self.steered = asyncio.Event()  # set with the first steer: stops the server's calls in flight
         self._batches: list[list[ResponseItem]] = []
         self._committed: set[str] = set()  # call ids answered by a committed batch, added to the output or not yet
         # Rung by a commit; shared with what else wakes the waiting response (its subagents: agents/roster.py).
@@ -108,9 +115,18 @@ class Inbox:
         self._wake.clear()
         return batches
 
-    def wake(self) -> None:
-        """Something other than an inject ends the wait early (a steer)."""
+    def steer(self, steer: Steer) -> None:
+        """A steer: the generation stops at its next delta, a wait ends. Raises `SteerRefused` past `MAX_PENDING`."""
+        check_room(self.steers)
+        self.steers.append(steer)
+        self.steered.set()
         self._wake.set()
+
+    def late_steers(self) -> list[Steer]:
+        """The steers not yet acknowledged in the response's own sequence, taken once."""
+        late = self.steers[self.acked :]
+        self.acked = len(self.steers)
+        return late
 
     async def wait(self, seconds: float | None) -> None:
         """Until a batch is committed, `wake()` is called, or `seconds` pass (None: no bound)."""

@@ -25,12 +25,12 @@ from hotloop.pipeline.inject import multi_agent
 from hotloop.pipeline.inputs import Inputs, gather, match_resent, remember
 from hotloop.pipeline.mcp.approvals import approved_calls
 from hotloop.pipeline.mcp.listing import endpoints, offer
-from hotloop.pipeline.mcp.plan import McpTurn
 from hotloop.pipeline.prepared import DEFAULT_OPTIONS, Prepared, TurnOptions
 from hotloop.pipeline.prior import conversation_id_of
 from hotloop.pipeline.prompt import render_prompt, too_long
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Session
+from hotloop.pipeline.steps.plan import StepPlan
 from hotloop.pipeline.tools import ToolChoice, ToolSet, resolve_tool_choice, resolve_tools, with_actions
 from hotloop.pipeline.turn import Turn
 from hotloop.pipeline.validate import check_new_items, check_request
@@ -83,15 +83,15 @@ async def start_turn(
         check_loadable(fresh, tools.deferred, tools.specs)
         added(fresh, "input")
         approved = approved_calls(prior.context, fresh)
-    mcp: McpTurn | None = None
+    steps: StepPlan | None = None
     # A multi-agent response runs its actions (and on WebSocket waits for injected outputs) between generations.
     if (_searches(tools) or multi_agent(request)) and not (tools.mcp or approved):  # the server runs steps
-        mcp = McpTurn({}, [], [], _context(inputs) if model.style.tokens else ())
+        steps = StepPlan({}, [], [], _context(inputs) if model.style.tokens else ())
     if tools.mcp or approved:
         context = _context(inputs)
         with timings.stage("mcp_list"):  # the tools of MCP servers not listed in the chain (listing.py)
             tools, listed = await offer(service.mcp, service.metrics, session.owner, tools, where, context)
-        mcp = McpTurn(where, listed, approved, context if model.style.tokens else ())
+        steps = StepPlan(where, listed, approved, context if model.style.tokens else ())
         for endpoint in where.values():  # opened while the turn renders and generates, before its first call
             service.mcp.warm(session.owner, endpoint)
     with timings.stage("validate"):
@@ -132,7 +132,7 @@ async def start_turn(
         tools=tools,
         timings=timings,
         compaction=compacting,
-        mcp=mcp,
+        steps=steps,
     )
     return Turn(service, session, prepared, options)
 

@@ -13,9 +13,9 @@ from hotloop.chat.incremental import Rendered
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
 from hotloop.pipeline.compaction import Plan
-from hotloop.pipeline.mcp.plan import McpTurn
 from hotloop.pipeline.state.context import ChainState
 from hotloop.pipeline.state.session import Lane
+from hotloop.pipeline.steps.plan import StepPlan
 from hotloop.pipeline.tools import ToolSet
 from hotloop.safety import SafetyResult
 from hotloop.wire.items import ContextItem
@@ -39,7 +39,9 @@ class Prepared:
     tools: ToolSet
     timings: StageTimings
     compaction: Plan | None = None  # the context is compacted first (`context_management`)
-    mcp: McpTurn | None = None  # the request's MCP servers: the server runs their tools (pipeline/mcp/)
+    # The server runs steps between generations (pipeline/steps/): MCP tools, a server-run tool search, a
+    # multi-agent response's actions. None: the turn is one generation.
+    steps: StepPlan | None = None
     # How many of the response's output items `rendered` holds: a compaction's item, or the output before an
     # in-server step's generation; a continuation renders the rest.
     rendered_output: int = 0

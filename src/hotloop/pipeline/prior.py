@@ -114,7 +114,7 @@ class Chain(Nothing):
         chain = self.chain
         # The parent's rendered state may hold the first of its output items: a compaction (pipeline/compaction.py:
         # the compacted context, the compaction included), the output before its last in-server step
-        # (pipeline/mcp/steps.py). The rest of its output and the new input extend it; a multi-agent response's
+        # (pipeline/steps/loop.py). The rest of its output and the new input extend it; a multi-agent response's
         # subagents' items are not the root's (tools/multi_agent.py).
         pending: Sequence[ContextItem] = [
             item for item in chain.response.output[chain.rendered_output :] if not foreign(item)

@@ -1,6 +1,7 @@
 """A turn once it is prepared (pipeline/prepare.py `start_turn`): `Turn.events()` streams the response's events
 as a sequence of steps: the opening events, compaction when the turn compacts (compaction.py), the generation
-(generate.py) — with MCP tools, the generations and the server's calls between them (`_tool_loop`, mcp/steps.py)
+(generate.py) — when the server runs steps, the generations and what it runs between them (`_tool_loop`,
+steps/loop.py)
 — then finishing (finish.py: conversation, persist, cache, meter) before the terminal event leaves, so a stored
 response is readable once a client has seen it end.
 
@@ -23,17 +24,17 @@ from hotloop.observability.timings import StageTimings
 from hotloop.pipeline import compaction
 from hotloop.pipeline.agents.actions import AgentActions
 from hotloop.pipeline.agents.branch import Subagents
-from hotloop.pipeline.agents.hub import Hub
+from hotloop.pipeline.agents.hub import Hub, Waits
 from hotloop.pipeline.agents.roster import Limits, Roster
 from hotloop.pipeline.finish import finish, finish_cancelled, log_finished
 from hotloop.pipeline.generate import BLOCKED, Generation, Outcome
 from hotloop.pipeline.grammars import input_checks
 from hotloop.pipeline.inject import Inbox, multi_agent
-from hotloop.pipeline.mcp.steps import Steps, Waits
 from hotloop.pipeline.prepared import Prepared, TurnOptions
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Lane, Session
-from hotloop.pipeline.steering import Steer, check_room
+from hotloop.pipeline.steering import Steer
+from hotloop.pipeline.steps.loop import Steps
 from hotloop.tools.multi_agent import ROOT
 from hotloop.tools.registry import build_call
 from hotloop.wire.builder import ResponseBuilder
@@ -66,14 +67,12 @@ class Turn:
         # wakes its root for either.
         bell = asyncio.Event()
         self.roster = Roster(_limits(service, prepared.request), bell) if self.multi_agent else None
-        self.inbox = Inbox(bell) if self.roster is not None and options.websocket else None
-        self.hub = Hub(self.inbox, self.roster) if self.roster is not None else None
+        # What reaches the response from outside while it runs: its steers, and (a multi-agent response on
+        # WebSocket) injected tool outputs (pipeline/inject.py).
+        self.inbox = Inbox(bell, injects=self.roster is not None and options.websocket)
+        self.hub = Hub(self.inbox if self.inbox.injects else None, self.roster) if self.roster is not None else None
         self.generate = prepared.request.generate is not False and not _prewarm(prepared.request)
-        # Steers accepted for this response; the first `_acked` were acknowledged in its own event sequence.
-        self._steers: list[Steer] = []
-        self._acked = 0
         self._stop: ErrorInfo | None = None  # a shutdown's cut: the turn ends `failed`, not `cancelled`
-        self._steered = asyncio.Event()  # set with the first steer: stops the MCP calls in flight
         if prepared.tools.approvals:
             self.builder.needs_approval = prepared.tools.approvals
         self._ending: list[Event] = []  # the events that ended a cancelled turn, until someone takes them
@@ -92,27 +91,21 @@ class Turn:
     def steer(self, steer: Steer) -> None:
         """Steer the generating response: it stops at the next token boundary, and the steer is acknowledged in
         its stream (or by `late_steers` once it has ended). Raises `SteerRefused` past `MAX_PENDING`."""
-        check_room(self._steers)
-        self._steers.append(steer)
-        self._steered.set()
-        if self.hub is not None:
-            self.hub.bell.set()  # a response waiting for tool outputs or its subagents ends, steered
+        self.inbox.steer(steer)  # a response waiting for tool outputs or its subagents ends, steered
 
     @property
     def steers(self) -> tuple[Steer, ...]:
-        return tuple(self._steers)
+        return tuple(self.inbox.steers)
 
     def late_steers(self) -> list[Steer]:
         """The steers that came too late for the response's own stream; the transport acknowledges them."""
-        late = self._steers[self._acked :]
-        self._acked = len(self._steers)
-        return late
+        return self.inbox.late_steers()
 
     def inject(self, raw: list[msgspec.Raw]) -> bool:
         """Tool outputs for the calls this response waits for (`response.inject`): committed now, and acknowledged
         in its stream (True), or kept for a failure once it has ended (False, `late_injects`). Raises
         `InvalidParam` for a response that takes none or a batch that answers no waiting call: nothing is kept."""
-        if self.inbox is None:
+        if not self.inbox.injects:
             raise InvalidParam(
                 f"Response '{self.response.id}' takes no injected input: it is not a multi-agent response.",
                 param="response_id",
@@ -121,8 +114,6 @@ class Turn:
 
     def late_injects(self) -> list[list[msgspec.Raw]]:
         """The injects that came once the response was ending, taken once: the transport fails them."""
-        if self.inbox is None:
-            return []
         late, self.inbox.late = self.inbox.late, []
         return late
 
@@ -156,7 +147,7 @@ class Turn:
                 step = await self._compact()
                 for event in step.events:
                     yield event
-                for listed in self.prepared.mcp.listed if self.prepared.mcp is not None else ():
+                for listed in self.prepared.steps.listed if self.prepared.steps is not None else ():
                     for event in self.builder.mcp_list_tools(listed):
                         yield event
                 generation = self._generation()
@@ -166,7 +157,7 @@ class Turn:
                     outcome = self._blocked()
                 elif not self.generate:
                     outcome = await generation.prefill()
-                elif self.prepared.mcp is not None:  # the server runs tools between generations
+                elif self.prepared.steps is not None:  # the server runs steps between generations
                     async for event in self._tool_loop(generation, congested):
                         yield event
                     outcome = self._looped or Outcome.failed("server_error", "The tool loop ended without an outcome.")
@@ -267,13 +258,13 @@ class Turn:
             service.metrics,
             service.settings.backend_timeout_s,
             self.options.transport,
-            self._steers,
+            self.inbox.steers,
         )
 
     async def _tool_loop(
         self, generation: Generation, congested: Callable[[], bool] | None
     ) -> AsyncGenerator[Event, None]:
-        """The generations and the server's MCP calls between them (mcp/steps.py); `_looped` is how they ended."""
+        """The generations and what the server runs between them (steps/loop.py); `_looped` is how they ended."""
         prepared, hub = self.prepared, self.hub
         steps = Steps.of(self.service, prepared, self.session.owner)
         waits = actions = None
@@ -282,7 +273,7 @@ class Turn:
                 waits = Waits(hub, self.service.settings.ws_inject_wait_s)
             subagents = Subagents(self.service, prepared, hub.roster, steps.calls, self.options.websocket)
             actions = AgentActions(hub.roster, hub.roster.root, steps.calls, subagents.start, hub)
-        run = steps.run(self.builder, generation, self._step_generation, congested, self._steered, waits, actions)
+        run = steps.run(self.builder, generation, self._step_generation, congested, self.inbox.steered, waits, actions)
         async for event in run:
             yield event
         self._looped = steps.outcome
@@ -310,7 +301,7 @@ class Turn:
         """The inbox closes: an inject committed but not yet taken (the last generation failed, or was steered) is
         still acknowledged and its outputs kept, after the item that generation left open, ended as the response
         ends it; one that comes later is failed once the response has ended."""
-        if self.inbox is None:
+        if not self.inbox.injects:
             return []
         batches = self.inbox.close()
         if not batches:

@@ -86,7 +86,9 @@ def answered(items: Iterable[Any]) -> set[str]:
     return {found[1] for item in items if (found := pair(item)) is not None and found[0] == "output"}
 
 
-def build_call(kind: str, call_id: str, arguments: str, complete: bool, name: str) -> TypedCallItem | MultiAgentCall:
+def build_call(
+    kind: str, call_id: str, arguments: str, complete: bool, name: str = ""
+) -> TypedCallItem | MultiAgentCall:
     """wire/builder.py's `CallBuilder`: the typed call item of a kind's call the model wrote (`name`: the tool's)."""
     if kind == multi_agent.KIND:
         return multi_agent.build(name, call_id, arguments)

@@ -4,7 +4,7 @@ tokens, so loading keeps the rendered prefix (and the engine's prefix cache).
 
 `{"type": "tool_search"}` is offered as a function `tool_search`. Server execution (the default): hotloop searches
 the deferred tools itself, BM25 over their names, descriptions and parameter names (`bm25s`), and the response goes
-on with the hits callable (pipeline/mcp/steps.py). Client execution: the model's search is a `tool_search_call` for
+on with the hits callable (pipeline/steps/). Client execution: the model's search is a `tool_search_call` for
 the client, whose `tool_search_output` names the tools to load (they must have been declared).
 """
 

@@ -1,6 +1,6 @@
 """One agent's multi-agent calls, run by the server (protocol.md §1.12; the actions: tools/multi_agent.py): after
 a generation of that agent, each `multi_agent_call` it wrote gets its `multi_agent_call_output`, and the agent's
-steps go on (pipeline/mcp/steps.py). Every action but `wait_agent` answers at once; a wait ends when a message
+steps go on (pipeline/steps/loop.py). Every action but `wait_agent` answers at once; a wait ends when a message
 reaches the agent, when nothing below it runs any more, at its timeout, or when the response is steered.
 
 The root's actions run in the response's own stream: while the root waits, the hub (hub.py) adds what comes in.

@@ -1,6 +1,6 @@
 """A subagent's own loop inside a multi-agent response (protocol.md §1.12): its context (the task, then its own
 items), its rendered chain (each step extends it: a prefix-cache hit on the engine), its item writer, and the same
-steps as the root's (pipeline/mcp/steps.py: generation, the server's calls and actions, the next generation).
+steps as the root's (pipeline/steps/loop.py: generation, the server's calls and actions, the next generation).
 
 Its writer builds items, not events: each item that ends goes to the roster's outbox, and the root's stream adds it
 whole, stamped with the subagent's path (hub.py). The subagent runs as a task of its own, within the response's
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -29,12 +30,12 @@ from hotloop.pipeline.agents.actions import AgentActions
 from hotloop.pipeline.agents.roster import Agent, Roster
 from hotloop.pipeline.generate import Generation, Outcome
 from hotloop.pipeline.mcp.calls import Calls
-from hotloop.pipeline.mcp.searches import Searches
-from hotloop.pipeline.mcp.steps import Steps
 from hotloop.pipeline.prepared import Prepared
 from hotloop.pipeline.prompt import render_prompt
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.steering import required_input
+from hotloop.pipeline.steps.loop import Steps
+from hotloop.pipeline.steps.searches import Searches
 from hotloop.tools import multi_agent
 from hotloop.tools.registry import build_call
 from hotloop.tools.tool_search import SERVER_KIND
@@ -109,6 +110,8 @@ class Subagents:
             self._report(branch, outcome)
         except asyncio.CancelledError:
             agent.status = "interrupted"
+            if branch.steps is not None:
+                self.roster.used(branch.steps.usage)  # its finished generations' tokens are still the response's
             with contextlib.suppress(Exception):
                 branch.builder.close_open("incomplete")  # what it was writing, cut: its item still goes out
             raise
@@ -126,15 +129,8 @@ class Subagents:
         steered = asyncio.Event()  # never set: an interrupt cancels the subagent's task
         waits = _Waits(branch.agent) if self.websocket else None
         generation = self._generation(branch, request)
-        async for _event in steps.run(
-            branch.builder,
-            generation,
-            lambda next_request: self._generation(branch, next_request),
-            None,
-            steered,
-            waits,
-            branch.actions,
-        ):
+        later = functools.partial(self._generation, branch)
+        async for _event in steps.run(branch.builder, generation, later, None, steered, waits, branch.actions):
             pass
         branch.builder.close_open(
             "incomplete" if steps.outcome and steps.outcome.status == "incomplete" else "completed"

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 
 import msgspec
 
 from hotloop.pipeline.agents.roster import Roster
 from hotloop.pipeline.inject import Inbox
 from hotloop.pipeline.mcp.calls import Calls
+from hotloop.pipeline.steering import required_input
+from hotloop.tools.multi_agent import foreign
 from hotloop.tools.registry import pair
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
@@ -71,3 +75,41 @@ class Hub:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.bell.wait(), seconds)
         self.bell.clear()  # whatever rang is taken by the next `pump` (or read by its waiter), after this
+
+
+@dataclass(slots=True)
+class Waits:
+    """The root's wait, through the response's hub (pipeline/agents/hub.py), which adds the injected outputs and
+    the subagents' items as they come; the bound of one wait (`ws_inject_wait_s`; 0: none), and what it brought."""
+
+    hub: Hub
+    seconds: float
+    took: bool = False  # outputs were added: the model generates again
+
+    @property
+    def blocked(self) -> bool:
+        return self.hub.blocked
+
+    def needed(self, builder: ResponseBuilder) -> bool:
+        """The root's own calls wait for outputs (a subagent's wait in its branch)."""
+        return bool(required_input([item for item in builder.response.output if not foreign(item)]))
+
+    async def outputs(self, builder: ResponseBuilder, calls: Calls, steered: asyncio.Event) -> AsyncGenerator[Event]:
+        """Acknowledge and add the injected outputs until no call of the root waits for one. A wait that ends
+        with nothing (its bound, or a steer) closes the inbox: the response ends with its calls unanswered, as over
+        HTTP, and a later inject is failed once it has ended."""
+        hub, inbox = self.hub, self.hub.inbox
+        assert inbox is not None
+        hub.took = False
+        deadline = time.monotonic() + self.seconds if self.seconds > 0 else None
+        while True:
+            async for event in hub.pump(builder, calls):
+                yield event
+            self.took = hub.took
+            if not self.needed(builder) or steered.is_set() or hub.blocked:
+                return
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0 and not inbox.pending():
+                inbox.close()  # no await between the check and the close: an inject is taken or late
+                return
+            await hub.wait(left)

@@ -1,17 +1,17 @@
-"""The in-server steps of a turn with MCP tools or a server-run tool search (`Steps.run`, from pipeline/turn.py):
-approved calls first, then after each generation that called MCP tools or searched the deferred tools, the calls
-(calls.py) and searches (searches.py), and the next generation, whose prompt extends the rendered state with the
-items made since it was rendered (the calls and their outputs), as a continuation's does; until the model answers,
-calls a client's tool or asks for an approval, or the response ends otherwise.
+"""The step loop (`Steps.run`, from pipeline/turn.py and, for each subagent, pipeline/agents/branch.py): approved
+calls first, then after each generation the executors (executor.py: the server-run searches, the MCP calls, a
+multi-agent response's actions), a multi-agent response's wait for its client's outputs (waits.py), and the next
+generation, whose prompt extends the rendered state with the items made since it was rendered (the calls and their
+outputs), as a continuation's does; until the model answers, calls a client's tool (outside a multi-agent response)
+or asks for an approval, or the response ends otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import msgspec
 
@@ -23,14 +23,14 @@ from hotloop.chat.specs import ToolSpec
 from hotloop.errors import HotloopError
 from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
-from hotloop.pipeline.agents.hub import Hub
 from hotloop.pipeline.generate import BLOCKED, Generation, Outcome
 from hotloop.pipeline.mcp.calls import Calls
-from hotloop.pipeline.mcp.searches import Searches
 from hotloop.pipeline.prepared import Prepared
 from hotloop.pipeline.prompt import render_prompt
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.steering import required_input
+from hotloop.pipeline.steps.executor import AgentExecutor, Executor, McpStep, SearchStep
+from hotloop.pipeline.steps.searches import Searches
+from hotloop.pipeline.steps.waits import StepWaits
 from hotloop.safety.base import Finding
 from hotloop.safety.stage import SUMMARY_MAX
 from hotloop.tools import multi_agent
@@ -50,72 +50,6 @@ def output_summary(findings: list[tuple[int, Finding]]) -> str:
     return "; ".join(f"{finding.classifier}:{finding.rule}@{index}" for index, finding in findings)[:SUMMARY_MAX]
 
 
-class StepWaits(Protocol):
-    """How an agent waits for its client's tool outputs between its steps (a multi-agent response on WebSocket):
-    the root's through the response's inbox (`Waits`), a subagent's through its own (pipeline/agents/branch.py).
-    `took`: the last wait added outputs; `blocked`: the safety stage blocked one."""
-
-    @property
-    def took(self) -> bool: ...
-
-    @property
-    def blocked(self) -> bool: ...
-
-    def needed(self, builder: ResponseBuilder) -> bool: ...
-
-    def outputs(self, builder: ResponseBuilder, calls: Calls, steered: asyncio.Event) -> AsyncIterator[Event]: ...
-
-
-class StepActions(Protocol):
-    """The multi-agent actions of one agent (pipeline/agents/actions.py): `run` answers the calls its last
-    generation wrote (`acted`: there were some); `between` is what reaches the agent before its next generation."""
-
-    acted: bool
-
-    def run(self, builder: ResponseBuilder, steered: asyncio.Event) -> AsyncIterator[Event]: ...
-
-    def between(self, builder: ResponseBuilder) -> AsyncIterator[Event]: ...
-
-
-@dataclass(slots=True)
-class Waits:
-    """How a multi-agent response's root waits for its client's tool outputs (pipeline/inject.py): through the
-    response's hub (pipeline/agents/hub.py), which adds the injected outputs and the subagents' items as they come,
-    the bound of one wait (`ws_inject_wait_s`; 0: none), and what the last wait brought."""
-
-    hub: Hub
-    seconds: float
-    took: bool = False  # outputs were added: the model generates again
-
-    @property
-    def blocked(self) -> bool:
-        return self.hub.blocked
-
-    def needed(self, builder: ResponseBuilder) -> bool:
-        """The root's own calls wait for outputs (a subagent's wait in its branch)."""
-        return bool(required_input([item for item in builder.response.output if not foreign(item)]))
-
-    async def outputs(self, builder: ResponseBuilder, calls: Calls, steered: asyncio.Event) -> AsyncGenerator[Event]:
-        """Acknowledge and add the injected outputs until no call of the root waits for one. A wait that ends
-        with nothing (its bound, or a steer) closes the inbox: the response ends with its calls unanswered, as over
-        HTTP, and a later inject is failed once it has ended."""
-        hub, inbox = self.hub, self.hub.inbox
-        assert inbox is not None
-        hub.took = False
-        deadline = time.monotonic() + self.seconds if self.seconds > 0 else None
-        while True:
-            async for event in hub.pump(builder, calls):
-                yield event
-            self.took = hub.took
-            if not self.needed(builder) or steered.is_set() or hub.blocked:
-                return
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0 and not inbox.pending():
-                inbox.close()  # no await between the check and the close: an inject is taken or late
-                return
-            await hub.wait(left)
-
-
 @dataclass(slots=True)
 class Steps:
     """One response's in-server steps: its calls so far and where its prompt's rendering stands."""
@@ -133,19 +67,24 @@ class Steps:
     searches: Searches  # the server-run tool searches (searches.py)
     usage: Usage | None = None  # the generations' so far
     overhead_s: float = 0.0  # hotloop's own time between the calls and the next generation: the prompt's extension
-    calls_s: float = 0.0  # the calls, from their dispatch to their items' end (the MCP servers' time included)
     outcome: Outcome | None = None  # how the steps ended, once `run` is done
+    mcp: McpStep | None = None
+    executors: tuple[Executor, ...] = ()  # what the server runs after each generation, in order (executor.py)
+
+    def __post_init__(self) -> None:
+        self.mcp = McpStep(self.calls)
+        self.executors = (SearchStep(self.searches, self.calls), self.mcp)
 
     @classmethod
     def of(cls, service: Service, prepared: Prepared, owner: str) -> Steps:
-        mcp = prepared.mcp
-        assert mcp is not None
+        plan = prepared.steps
+        assert plan is not None
         limit = prepared.request.max_tool_calls
         bound = service.settings.mcp_max_calls if limit is None else limit
         calls = Calls(
             service.mcp,
             owner,
-            mcp.endpoints,
+            plan.endpoints,
             bound,
             service.metrics,
             service.mcp_calls,
@@ -160,7 +99,7 @@ class Steps:
         )
         # A chat API's engine reads items: the prompt's own (compacted, expanded); a token model's harmony reads
         # the context for the names of calls answered later.
-        context = list(prepared.generation.items or mcp.context)
+        context = list(prepared.generation.items or plan.context)
         return cls(
             service.renderer,
             prepared.model,
@@ -171,7 +110,7 @@ class Steps:
             prepared.rendered,
             prepared.rendered_output,
             prepared.timings,
-            mcp.approved,
+            plan.approved,
             Searches(prepared.generation.deferred, service.tokenize_pool),
         )
 
@@ -183,7 +122,7 @@ class Steps:
         congested: Callable[[], bool] | None,
         steered: asyncio.Event,
         waits: StepWaits | None = None,
-        actions: StepActions | None = None,
+        actions: AgentExecutor | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Every event of the steps, `generation` first (after the approved calls); `outcome` once done. `waits`:
         a multi-agent response waits for its client's outputs where another would end at the client's calls;
@@ -234,42 +173,32 @@ class Steps:
                 break
             generation = next_of(step)
         self.timings.add("mcp_step", self.overhead_s)
-        self.timings.add("mcp_call", self.calls_s)
+        self.timings.add("mcp_call", self.mcp.seconds if self.mcp is not None else 0.0)
         if self.calls.findings:
             builder.response.metadata[OUTPUT_SAFETY_KEY] = output_summary(self.calls.findings)
 
     async def _approved(self, builder: ResponseBuilder, steered: asyncio.Event) -> AsyncGenerator[Event]:
         """The calls this create's approvals answered, run before its first generation."""
+        assert self.mcp is not None
         for call in self.approved:
             for event in builder.mcp_call_added(call):
                 yield event
-        async for event in self._calls(builder, steered):
+        async for event in self.mcp.run(builder, steered):
             yield event
 
     async def _server_work(
-        self, builder: ResponseBuilder, steered: asyncio.Event, actions: StepActions | None
+        self, builder: ResponseBuilder, steered: asyncio.Event, actions: AgentExecutor | None
     ) -> AsyncGenerator[Event]:
-        """What the server runs after a generation: its searches, its MCP calls, its multi-agent actions; sets
-        `outcome` when the response ends here (steered, or an approval asked for)."""
-        found, ran = await self.searches.run(builder, self.calls.room)
-        self.calls.spend(ran)
-        for event in found:
-            yield event
-        if builder.mcp_pending():
-            async for event in self._calls(builder, steered):
+        """What the executors answer after a generation, in order; sets `outcome` when the response ends here
+        (steered: what runs stops; an approval asked for: the client answers it)."""
+        for executor in (*self.executors, actions) if actions is not None else self.executors:
+            if steered.is_set():
+                break
+            async for event in executor.run(builder, steered):
                 yield event
-        if actions is not None and not steered.is_set():
-            async for event in actions.run(builder, steered):
-                yield event
-        if steered.is_set() or self.asked(builder):  # steered: the calls stopped; asked: the client answers
+        if steered.is_set() or self.asked(builder):
             reason = "steered" if steered.is_set() else None
             self.outcome = Outcome(status="incomplete" if reason else "completed", usage=self.usage, reason=reason)
-
-    async def _calls(self, builder: ResponseBuilder, steered: asyncio.Event) -> AsyncGenerator[Event]:
-        started = time.perf_counter()
-        async for event in self.calls.run(builder, builder.mcp_pending(), steered):
-            yield event
-        self.calls_s += time.perf_counter() - started
 
     async def _next(
         self, builder: ResponseBuilder, template: GenerationRequest, steered: asyncio.Event

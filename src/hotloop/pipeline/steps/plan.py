@@ -1,4 +1,6 @@
-"""What a turn with MCP servers carries from its preparation (pipeline/prepare.py) to its steps (steps.py)."""
+"""What a turn whose server runs steps between its generations carries from its preparation (pipeline/prepare.py)
+to its step loop (loop.py): the MCP servers, approved calls and listings; empty for a turn that only searches its
+deferred tools or runs a multi-agent response."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from hotloop.wire.items import ContextItem, McpCall, McpListTools
 
 
 @dataclass(frozen=True, slots=True)
-class McpTurn:
-    """What a turn with MCP servers carries from its preparation (pipeline/prepare.py)."""
+class StepPlan:
+    """What the step loop of a turn starts from."""
 
     endpoints: dict[str, Endpoint]  # by server label
     listed: list[McpListTools]  # the lists this turn made: its first output items
