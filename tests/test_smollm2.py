@@ -148,6 +148,38 @@ def test_tools_give_a_valid_call_or_a_message(server: RunningServer) -> None:
             assert isinstance(json.loads(item["arguments"]), dict)
 
 
+def test_a_multi_agent_response_offers_smollm2_the_actions(server: RunningServer) -> None:
+    """smollm2 gets the multi-agent actions as functions: forced to spawn, its call is a `multi_agent_call` the
+    server runs (a subagent on the same model, or an error output it reads), and the response ends."""
+    from openai.types.beta.beta_response_output_item import BetaResponseOutputItem
+    from pydantic import TypeAdapter
+
+    with http_client(server) as http:
+        response = http.post(
+            "/responses",
+            json={
+                "model": MODEL,
+                "input": "Split the task: spawn a helper agent to look up the weather in Paris.",
+                "multi_agent": {"enabled": True},
+                "tool_choice": {"type": "function", "name": "spawn_agent"},
+                "max_output_tokens": 128,
+                "temperature": 0,
+            },
+        ).json()
+    check_response(response)
+    assert response["status"] in ("completed", "incomplete"), response.get("error")
+    # max_output_tokens bounds each agent's generations; usage sums every agent's (docs/api.md).
+    assert response["usage"]["output_tokens"] > 0
+    call = response["output"][0]
+    assert call["type"] == "multi_agent_call" and call["action"] == "spawn_agent"
+    assert call["agent"] == {"agent_name": "/root"}
+    answers = [item for item in response["output"] if item["type"] == "multi_agent_call_output"]
+    if len(response["output"]) > 1:  # not cut inside the call: the server ran it (a subagent, or an error)
+        assert answers and answers[0]["call_id"] == call["call_id"]
+    for item in response["output"]:
+        TypeAdapter(BetaResponseOutputItem).validate_python(item)
+
+
 def test_required_tool_and_json_schema_are_enforced_by_grammar(server: RunningServer) -> None:
     with http_client(server) as http:
         response = http.post(

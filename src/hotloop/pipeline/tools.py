@@ -12,7 +12,8 @@ from hotloop.config import DEFAULT_DROPPED_TOOL_TYPES
 from hotloop.errors import InvalidParam
 from hotloop.pipeline.mcp.declare import Declared, declare
 from hotloop.tools import multi_agent
-from hotloop.tools.grammar import Grammar, declared
+from hotloop.tools.function import declare_custom, declare_function, declare_namespace
+from hotloop.tools.grammar import Grammar
 from hotloop.tools.registry import BY_TYPE, HOSTED_TYPES, SEARCH_KINDS
 from hotloop.wire.items import McpListTools
 
@@ -49,67 +50,6 @@ class ToolSet(msgspec.Struct, frozen=True):
         return next((spec for spec in self.specs if spec.kind in SEARCH_KINDS), None)
 
 
-def _function(raw: dict[str, Any], param: str, namespace: str | None = None) -> tuple[dict[str, Any], ToolSpec]:
-    if isinstance(raw.get("function"), dict):  # Chat Completions shape
-        raw = {"type": "function", **raw["function"]}
-    name = raw.get("name")
-    if not isinstance(name, str) or not name:
-        raise InvalidParam("Each function tool needs a string 'name'.", param=f"{param}.name", code="invalid_type")
-    parameters = raw.get("parameters")
-    if parameters is not None and not isinstance(parameters, dict):
-        raise InvalidParam(
-            "'parameters' must be a JSON schema object.", param=f"{param}.parameters", code="invalid_type"
-        )
-    description = raw.get("description")
-    if description is not None and not isinstance(description, str):
-        raise InvalidParam("'description' must be a string.", param=f"{param}.description", code="invalid_type")
-    strict = raw.get("strict")
-    if strict is not None and not isinstance(strict, bool):
-        raise InvalidParam("'strict' must be a boolean.", param=f"{param}.strict", code="invalid_type")
-    echo = {
-        "type": "function",
-        "name": name,
-        "description": description,
-        "parameters": parameters,
-        "strict": strict,
-    }
-    if raw.get("defer_loading") is True:
-        echo["defer_loading"] = True
-    spec = ToolSpec(name=name, description=description, parameters=parameters, namespace=namespace, strict=strict)
-    return echo, spec
-
-
-def _custom(raw: dict[str, Any], param: str, namespace: str | None = None) -> ToolSpec:
-    name = raw.get("name")
-    if not isinstance(name, str) or not name:
-        raise InvalidParam("Each custom tool needs a string 'name'.", param=f"{param}.name", code="invalid_type")
-    description = raw.get("description")
-    return ToolSpec(
-        name=name,
-        kind="custom",
-        description=description if isinstance(description, str) else None,
-        namespace=namespace,
-        grammar=declared(raw.get("format"), f"{param}.format"),
-    )
-
-
-def _namespace(raw: dict[str, Any], param: str) -> list[tuple[ToolSpec, bool, str]]:
-    """The members, each with whether it is deferred (`defer_loading` applies to members, not the namespace) and
-    its param."""
-    name = raw.get("name")
-    members = raw.get("tools")
-    if not isinstance(name, str) or not isinstance(members, list):
-        raise InvalidParam("A namespace tool needs 'name' and a 'tools' list.", param=param, code="invalid_type")
-    specs: list[tuple[ToolSpec, bool, str]] = []
-    for index, member in enumerate(members):
-        where = f"{param}.tools[{index}]"
-        if not isinstance(member, dict):
-            raise InvalidParam("Each namespace member must be an object.", param=where, code="invalid_type")
-        spec = _custom(member, where, name) if member.get("type") == "custom" else _function(member, where, name)[1]
-        specs.append((spec, member.get("defer_loading") is True, where))
-    return specs
-
-
 def _grammar_of(spec: ToolSpec, param: str) -> list[tuple[str, Grammar]]:
     """A custom tool's grammar, with the param an error names (compiled at the door: pipeline/grammars.py)."""
     return [(f"{param}.format.definition", spec.grammar)] if spec.grammar is not None else []
@@ -143,16 +83,16 @@ def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFA
         elif kind in drop:
             dropped.append(kind)
         elif kind == "function":
-            echo, spec = _function(raw, param)
+            echo, spec = declare_function(raw, param)
             functions.append(echo)
             (deferred if later else specs).append(_own_namespace(spec) if later else spec)
         elif kind == "custom":
-            spec = _custom(raw, param)
+            spec = declare_custom(raw, param)
             (deferred if later else specs).append(_own_namespace(spec) if later else spec)
             grammars += _grammar_of(spec, param)
             others.append(raw)
         elif kind == "namespace":
-            for spec, member_later, where in _namespace(raw, param):
+            for spec, member_later, where in declare_namespace(raw, param):
                 (deferred if member_later else specs).append(spec)
                 grammars += _grammar_of(spec, where)
             others.append(raw)
