@@ -62,3 +62,17 @@ def test_a_subagents_items_are_not_rendered_for_the_root() -> None:
     rendered = as_calls([spawn, theirs, ours])
     assert theirs not in rendered and ours in rendered and len(rendered) == 2
     assert multi_agent.foreign(theirs) and not multi_agent.foreign(ours)
+
+
+def test_the_safety_stage_reads_every_agent_items_text() -> None:
+    """An agent's call arguments, an action's output and a message between agents are text the safety stage reads
+    (sent back as input by a stateless client, too); what other agents said counts as a tool's output."""
+    from hotloop.safety.text import is_tool_output, item_texts
+
+    call = _call("send_message", {"target": "/root", "message": "key sk-secret"})
+    output = multi_agent.answer(call, {"message": "From /root/w:\\nfound it"})
+    message = multi_agent.message("/root/w", "/root", "the answer")
+    message.agent = {"agent_name": "/root/w"}
+    assert "sk-secret" in "".join(item_texts(call))
+    assert "found it" in "".join(item_texts(output)) and "the answer" in "".join(item_texts(message))
+    assert is_tool_output(output) and is_tool_output(message) and not is_tool_output(call)

@@ -22,6 +22,7 @@ from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.context import ChainState, Context
 from hotloop.pipeline.state.session import Session
 from hotloop.pipeline.traces import end_trace
+from hotloop.tools.multi_agent import foreign
 from hotloop.tools.registry import call_ids
 from hotloop.wire.builder import ResponseBuilder, error_body
 from hotloop.wire.events import Event
@@ -156,7 +157,8 @@ def chain_state(prepared: Prepared, owner: str) -> ChainState:
         model=prepared.model,
         request=prepared.request,
         owner=owner,
-        calls_in_context=count_calls(output, prepared.generation.calls_so_far),
+        # A multi-agent response's subagents' calls are theirs, not in the root's context (tools/multi_agent.py).
+        calls_in_context=count_calls([item for item in output if not foreign(item)], prepared.generation.calls_so_far),
         stored_chain=response.store and (parent is None or parent.stored_chain),
         # A conversation's history is in the rendered tokens but not in this chain's context: a continuation by
         # previous_response_id renders from the context, as it would after loading the chain from the store.

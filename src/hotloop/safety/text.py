@@ -6,6 +6,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from hotloop.tools.registry import BY_ITEM
+from hotloop.wire.agent_items import AgentMessage, MultiAgentCall, MultiAgentCallOutput
 from hotloop.wire.items import (
     ContextItem,
     CustomToolCall,
@@ -69,6 +70,10 @@ def item_texts(item: ContextItem) -> Iterator[str]:
         yield from tool_output_texts(item)
     elif isinstance(item, McpApprovalResponse) and item.reason:
         yield item.reason
+    elif isinstance(item, MultiAgentCall):
+        yield item.arguments
+    elif isinstance(item, MultiAgentCallOutput | AgentMessage):
+        yield from tool_output_texts(item)
     elif isinstance(item, Reasoning):
         for summary in item.summary or ():
             yield summary.text
@@ -81,6 +86,9 @@ def item_texts(item: ContextItem) -> Iterator[str]:
 def is_tool_output(item: ContextItem) -> bool:
     """Text that came back from a tool (what a third party may control), not from the user or the model."""
     if isinstance(item, FunctionCallOutput | CustomToolCallOutput | TypedOutputItem):
+        return True
+    # What other agents of a multi-agent response said: their text may carry what their tools returned.
+    if isinstance(item, MultiAgentCallOutput | AgentMessage):
         return True
     # An MCP server's answer, and the descriptions it gave its tools (the model reads them in its system message).
     if isinstance(item, McpCall | McpListTools):
@@ -106,6 +114,11 @@ def tool_output_texts(item: ContextItem) -> Iterator[str]:
             yield item.output
         if item.error is not None:
             yield from _strings(item.error)
+    elif isinstance(item, MultiAgentCallOutput):
+        for part in item.output:
+            yield part.text
+    elif isinstance(item, AgentMessage):
+        yield from _strings(item.content)
     elif isinstance(item, McpListTools):
         for tool in item.tools:
             if tool.description:
