@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from hotloop.tools import mcp
+from hotloop.tools.mcp import McpItem
 from hotloop.tools.registry import BY_ITEM
 from hotloop.wire.agent_items import AgentMessage, MultiAgentCall, MultiAgentCallOutput
 from hotloop.wire.items import (
@@ -14,8 +16,6 @@ from hotloop.wire.items import (
     FunctionCall,
     FunctionCallOutput,
     InputText,
-    McpApprovalRequest,
-    McpApprovalResponse,
     McpCall,
     McpListTools,
     Message,
@@ -63,13 +63,10 @@ def item_texts(item: ContextItem) -> Iterator[str]:
         yield item.arguments
     elif isinstance(item, CustomToolCall):
         yield item.input
-    elif isinstance(item, McpCall | McpApprovalRequest):
-        yield item.arguments
+    elif isinstance(item, McpItem):
+        yield from mcp.texts(item)
+    elif isinstance(item, FunctionCallOutput | CustomToolCallOutput):
         yield from tool_output_texts(item)
-    elif isinstance(item, FunctionCallOutput | CustomToolCallOutput | McpListTools):
-        yield from tool_output_texts(item)
-    elif isinstance(item, McpApprovalResponse) and item.reason:
-        yield item.reason
     elif isinstance(item, MultiAgentCall):
         yield item.arguments
     elif isinstance(item, MultiAgentCallOutput | AgentMessage):
@@ -109,19 +106,12 @@ def tool_output_texts(item: ContextItem) -> Iterator[str]:
             yield item.output
         else:
             yield from _parts_text(item.output)
-    elif isinstance(item, McpCall):
-        if item.output:
-            yield item.output
-        if item.error is not None:
-            yield from _strings(item.error)
+    elif isinstance(item, McpItem):
+        yield from mcp.output_texts(item)
     elif isinstance(item, MultiAgentCallOutput):
         for part in item.output:
             yield part.text
     elif isinstance(item, AgentMessage):
         yield from _strings(item.content)
-    elif isinstance(item, McpListTools):
-        for tool in item.tools:
-            if tool.description:
-                yield tool.description
     elif isinstance(item, OtherItem) and is_tool_output(item):
         yield from _strings({k: v for k, v in item.raw.items() if k in ("output", "error", "result")})
