@@ -16,6 +16,7 @@ import pytest
 
 from conftest import RunningServer, start_server
 from http_support import parse_sse
+from metrics_support import scrape
 from test_inject import MULTI, typed, until
 from wsutil import WEATHER, WS
 
@@ -39,10 +40,12 @@ def _create(ws: WS, metadata: dict[str, str], **extra: Any) -> str:
 
 def test_two_subagents_answer_the_root_in_one_response(agents: RunningServer) -> None:
     seen: list[dict[str, Any]] = []
+    before = scrape(agents).value("hotloop_subagents_total", outcome="completed")
     with WS(agents.ws_url) as ws:
         _create(ws, {"sim_subagents": "2", "sim_tool_calls": "0", "sim_output_tokens": "6"})
         final = until(ws, seen, lambda f: f["type"] in ("response.completed", "response.failed"))["response"]
     assert final["status"] == "completed", final.get("error")
+    assert scrape(agents).value("hotloop_subagents_total", outcome="completed") - before == 2
     numbers = [frame["sequence_number"] for frame in seen]
     assert numbers == list(range(1, 1 + len(numbers)))
     output = final["output"]
@@ -163,6 +166,7 @@ def test_a_client_gone_mid_wait_stops_its_subagents(tmp_path: Path) -> None:
         while time.monotonic() < deadline and _subagent_tasks(server):
             time.sleep(0.05)
         assert not _subagent_tasks(server)
+        assert scrape(server).value("hotloop_subagents_total", outcome="interrupted") == 3
     finally:
         server.stop()
 

@@ -234,6 +234,12 @@ class Metrics:
             ["type"],
             registry=self.registry,
         )
+        self.subagents = Counter(
+            "hotloop_subagents",
+            "Subagents of multi-agent responses, by how each run ended: completed, failed or interrupted.",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.mcp_lists = Counter(
             "hotloop_mcp_lists",
             "MCP servers' tool lists a turn needed: `listed` (tools/list), `reused` (from the context or the chain) "

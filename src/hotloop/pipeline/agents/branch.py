@@ -107,9 +107,11 @@ class Subagents:
                 outcome = await self._steps(branch, task)
             self.roster.used(outcome.usage)
             agent.status = "failed" if outcome.status == "failed" else "completed"
+            self._count(agent.status)
             self._report(branch, outcome)
         except asyncio.CancelledError:
             agent.status = "interrupted"
+            self._count(agent.status)
             if branch.steps is not None:
                 self.roster.used(branch.steps.usage)  # its finished generations' tokens are still the response's
             with contextlib.suppress(Exception):
@@ -118,7 +120,11 @@ class Subagents:
         except Exception as exc:  # never a hung response: the parent reads why
             log.exception("subagent %s failed", agent.path)
             agent.status = "failed"
+            self._count(agent.status)
             self._report(branch, Outcome.failed("server_error", f"The subagent failed: {type(exc).__name__}."))
+
+    def _count(self, outcome: str) -> None:
+        self.service.metrics.subagents.labels(outcome).inc()
 
     async def _steps(self, branch: Branch, task: str) -> Outcome:
         request = await self._first(branch, task) if branch.steps is None else await self._again(branch, task)
