@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 # llama-cpp-python builds llama.cpp from source on first install; use every core for it.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: install serve test lint typecheck unit unit-fast test-vllm clean
+.PHONY: install serve test lint typecheck unit unit-fast test-vllm test-image clean
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "hotloop needs Python >= 3.11"'
@@ -49,6 +49,13 @@ test: lint typecheck unit
 test-vllm: $(STAMP)
 	$(PY) scripts/vllm_cpu.py prepare
 	$(VENV)/bin/pytest -m vllm tests/test_vllm.py $(PYTEST_ARGS)
+
+# The image tier (tests/test_image.py): the Containerfile built with podman on a Debian base made here and run as
+# an operator runs it. scripts/image.py installs podman if missing and caches the base and the wheels under
+# ~/.cache/hotloop/image (the first time: a few minutes). .ci/run runs it after the vLLM tier.
+test-image: $(STAMP)
+	$(PY) scripts/image.py build
+	$(VENV)/bin/pytest -m image tests/test_image.py -s $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

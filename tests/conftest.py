@@ -31,17 +31,23 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "vllm: the vLLM tier (`make test-vllm`: a real vLLM on the CPU); runs only when selected with -m"
     )
+    config.addinivalue_line(
+        "markers", "image: the image tier (`make test-image`: the Containerfile built and run by podman); only with -m"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The vLLM tier needs vLLM installed (scripts/vllm_cpu.py, minutes the first time): its tests run only when a
-    `-m` expression names it (`make test-vllm`), and are skipped in a plain run."""
-    if "vllm" in config.getoption("markexpr"):
-        return
-    skip = pytest.mark.skip(reason="the vLLM tier: make test-vllm (pytest -m vllm)")
-    for item in items:
-        if item.get_closest_marker("vllm") is not None:
-            item.add_marker(skip)
+    """The vLLM tier needs vLLM installed (scripts/vllm_cpu.py, minutes the first time), the image tier podman and a
+    built image (scripts/image.py): their tests run only when a `-m` expression names them (`make test-vllm`,
+    `make test-image`), and are skipped in a plain run."""
+    selected = config.getoption("markexpr")
+    for tier, target in (("vllm", "test-vllm"), ("image", "test-image")):
+        if tier in selected:
+            continue
+        skip = pytest.mark.skip(reason=f"the {tier} tier: make {target} (pytest -m {tier})")
+        for item in items:
+            if item.get_closest_marker(tier) is not None:
+                item.add_marker(skip)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

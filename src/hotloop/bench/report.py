@@ -364,8 +364,7 @@ _COLORS = {"http-full": "#d62728", "http-chain": "#ff7f0e", "ws": "#1f77b4", "in
 
 def plot_agent_loop(result: dict[str, Any], path: str) -> None:
     """Overhead per turn against context tokens for each mode, and e2e per mode with the physical limit marked."""
-    import matplotlib
-
+    matplotlib = needs_matplotlib()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -412,8 +411,7 @@ def plot_agent_loop(result: dict[str, Any], path: str) -> None:
 
 def plot_overhead(result: dict[str, Any], path: str) -> None:
     """Median (and p90, dashed) overhead per turn against history size for each mode."""
-    import matplotlib
-
+    matplotlib = needs_matplotlib()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -432,3 +430,12 @@ def plot_overhead(result: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def needs_matplotlib() -> Any:
+    """matplotlib, which `--plot` draws with: an extra (`hotloop[bench]`), not in the server's own install."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("hotloop bench: --plot needs matplotlib: pip install 'hotloop[bench]'") from None
+    return matplotlib

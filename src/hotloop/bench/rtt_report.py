@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hotloop.bench.report import fmt, table
+from hotloop.bench.report import fmt, needs_matplotlib, table
 
 COLORS = {"http-full": "#d62728", "http-chain": "#ff7f0e", "ws": "#1f77b4", "mcp": "#2ca02c", "inject": "#9467bd"}
 
@@ -47,8 +47,7 @@ def rtt_table(result: dict[str, Any]) -> str:
 
 def plot_rtt(result: dict[str, Any], path: str) -> None:
     """e2e against R per mode (the limit, and limit + trips x R dashed), and e2e / limit against R."""
-    import matplotlib
-
+    matplotlib = needs_matplotlib()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -55,7 +55,10 @@ def exporter(endpoint: str, protocol: str, env: Mapping[str, str] = os.environ) 
     if chosen not in PROTOCOLS:
         raise ValueError(f"otel_protocol must be one of {', '.join(PROTOCOLS)}, not {chosen!r}")
     if chosen == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        except ImportError:
+            raise ValueError("otel_protocol grpc needs the gRPC exporter: pip install 'hotloop[grpc]'") from None
 
         return GrpcExporter(endpoint=endpoint or None, insecure=endpoint.startswith("http://") or None)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
