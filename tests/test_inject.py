@@ -296,25 +296,20 @@ def test_over_http_a_multi_agent_response_ends_at_the_call(waiting: RunningServe
 # -- the Agents SDK's hosted multi-agent model, unmodified ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("streamed", [False, True])
-async def test_the_agents_sdk_runs_a_tool_loop_in_one_response(waiting: RunningServer, streamed: bool) -> None:
-    """`OpenAIHostedMultiAgentModel` (Agents SDK 0.24) over WebSocket: each tool runs once, its output goes back by
-    `response.inject`, and the whole run is one response (the SDK's pauses are its own, not responses)."""
+async def run_hosted(server: RunningServer, metadata: dict[str, str], streamed: bool) -> tuple[Any, Any]:
+    """An agent with two function tools (test_agents_sdk.py), run by `OpenAIHostedMultiAgentModel` unmodified
+    (`sim_tool_calls` 2, and `metadata`); its recorder of tool runs and its result."""
     from agents import Runner, set_tracing_disabled
     from agents.extensions.experimental.hosted_multi_agent import OpenAIHostedMultiAgentModel
     from openai import AsyncOpenAI
 
-    from metrics_support import scrape
     from test_agents_sdk import Recorder, make_agent
 
     set_tracing_disabled(True)
-    before = scrape(waiting).value(
-        "hotloop_responses_total", model="hotloop-sim", status="completed", transport="websocket"
-    )
-    client = AsyncOpenAI(base_url=waiting.base_url, api_key="test-key", max_retries=0)
+    client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
     model = OpenAIHostedMultiAgentModel("hotloop-sim", client)
     recorder = Recorder()
-    agent, _ = make_agent(recorder, model=model, k=2, metadata={"sim_subagents": "0"})
+    agent, _ = make_agent(recorder, model=model, k=2, metadata=metadata)
     try:
         if streamed:
             result: Any = Runner.run_streamed(agent, "What is the weather, and what is 2 + 3?")
@@ -325,6 +320,20 @@ async def test_the_agents_sdk_runs_a_tool_loop_in_one_response(waiting: RunningS
     finally:
         await model.close()
         await client.close()
+    return recorder, result
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_the_agents_sdk_runs_a_tool_loop_in_one_response(waiting: RunningServer, streamed: bool) -> None:
+    """`OpenAIHostedMultiAgentModel` (Agents SDK 0.24) over WebSocket: each tool runs once, its output goes back by
+    `response.inject`, and the whole run is one response (the SDK's pauses are its own, not responses)."""
+
+    from metrics_support import scrape
+
+    before = scrape(waiting).value(
+        "hotloop_responses_total", model="hotloop-sim", status="completed", transport="websocket"
+    )
+    recorder, result = await run_hosted(waiting, {"sim_subagents": "0"}, streamed)
     assert len(recorder.calls) == 2, recorder.calls  # each tool ran once
     assert isinstance(result.final_output, str) and result.final_output.strip()  # the root's final answer
     after = scrape(waiting).value(

@@ -17,7 +17,8 @@ import pytest
 from conftest import RunningServer, start_server
 from http_support import parse_sse
 from metrics_support import scrape
-from test_inject import MULTI, typed, until
+from test_agents_sdk import responses_count
+from test_inject import MULTI, run_hosted, typed, until
 from wsutil import WEATHER, WS
 
 
@@ -67,28 +68,8 @@ async def test_the_agents_sdk_runs_subagents_tools_by_inject(agents: RunningServ
     """`OpenAIHostedMultiAgentModel` (Agents SDK 0.24), unmodified: two subagents each call a function tool, the
     SDK runs it (it pauses at any agent's call) and injects the output, which reaches the subagent that called;
     the root then calls one tool of its own and answers. Four tool runs, one response."""
-    from agents import Runner, set_tracing_disabled
-    from agents.extensions.experimental.hosted_multi_agent import OpenAIHostedMultiAgentModel
-    from openai import AsyncOpenAI
-
-    from test_agents_sdk import Recorder, make_agent, responses_count
-
-    set_tracing_disabled(True)
     before = responses_count(agents, "websocket")
-    client = AsyncOpenAI(base_url=agents.base_url, api_key="test-key", max_retries=0)
-    model = OpenAIHostedMultiAgentModel("hotloop-sim", client)
-    recorder = Recorder()
-    agent, _ = make_agent(recorder, model=model, k=2, metadata={"sim_subagents": "2"})
-    try:
-        if streamed:
-            result: Any = Runner.run_streamed(agent, "What is the weather, and what is 2 + 3?")
-            async for _ in result.stream_events():
-                pass
-        else:
-            result = await Runner.run(agent, "What is the weather, and what is 2 + 3?")
-    finally:
-        await model.close()
-        await client.close()
+    recorder, result = await run_hosted(agents, {"sim_subagents": "2"}, streamed)
     assert len(recorder.calls) == 4, recorder.calls  # one per subagent, two of the root's
     assert isinstance(result.final_output, str) and result.final_output.strip()
     assert responses_count(agents, "websocket") - before == 1

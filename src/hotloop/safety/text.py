@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from hotloop.tools import mcp
-from hotloop.tools.mcp import McpItem
+from hotloop.tools.mcp import McpItem, leaf_strings
 from hotloop.tools.registry import BY_ITEM
 from hotloop.wire.agent_items import AgentMessage, MultiAgentCall, MultiAgentCallOutput
 from hotloop.wire.items import (
@@ -35,18 +35,7 @@ def _parts_text(parts: Sequence[Any]) -> Iterator[str]:
             yield part.refusal
 
 
-def _strings(value: Any) -> Iterator[str]:
-    """The string leaves of an unknown item, skipping data URLs (inline media is not text)."""
-    if isinstance(value, str):
-        if not value.startswith("data:"):
-            yield value
-    elif isinstance(value, dict):
-        for key, inner in value.items():
-            if key not in ("type", "id", "call_id", "status", "encrypted_content"):
-                yield from _strings(inner)
-    elif isinstance(value, list):
-        for inner in value:
-            yield from _strings(inner)
+_strings = leaf_strings  # the string leaves of an item of unknown shape (tools/mcp.py)
 
 
 def item_texts(item: ContextItem) -> Iterator[str]:

@@ -60,23 +60,26 @@ def output_texts(item: McpItem) -> Iterator[str]:
         if item.output:
             yield item.output
         if item.error is not None:
-            yield from _error_strings(item.error)
+            yield from leaf_strings(item.error)
     elif isinstance(item, McpListTools):
         for tool in item.tools:
             if tool.description:
                 yield tool.description
 
 
-def _error_strings(value: Any) -> Iterator[str]:
+def leaf_strings(value: Any) -> Iterator[str]:
+    """The string leaves of a JSON value (an error, an item of unknown shape), skipping the keys that carry no
+    text (type, ids, status, sealed blobs) and data URLs (inline media is not text)."""
     if isinstance(value, str):
-        yield value
+        if not value.startswith("data:"):
+            yield value
     elif isinstance(value, dict):
         for key, inner in value.items():
             if key not in ("type", "id", "call_id", "status", "encrypted_content"):
-                yield from _error_strings(inner)
+                yield from leaf_strings(inner)
     elif isinstance(value, list):
         for inner in value:
-            yield from _error_strings(inner)
+            yield from leaf_strings(inner)
 
 
 def call_output(item: McpCall) -> str:

@@ -134,8 +134,28 @@ class Steps:
             step = await self._next(builder, generation.request, steered)
             if isinstance(step, Outcome):
                 self.outcome = step
-                return
-            generation = next_of(step)
+            else:
+                generation = next_of(step)
+        if self.outcome is None:
+            async for event in self._loop(builder, generation, next_of, congested, steered, waits, actions):
+                yield event
+        self.timings.add("mcp_step", self.overhead_s)
+        self.timings.add("mcp_call", self.mcp.seconds if self.mcp is not None else 0.0)
+        if self.calls.findings:
+            builder.response.metadata[OUTPUT_SAFETY_KEY] = output_summary(self.calls.findings)
+
+    async def _loop(
+        self,
+        builder: ResponseBuilder,
+        generation: Generation,
+        next_of: Callable[[GenerationRequest], Generation],
+        congested: Callable[[], bool] | None,
+        steered: asyncio.Event,
+        waits: StepWaits | None,
+        actions: AgentExecutor | None,
+    ) -> AsyncGenerator[Event, None]:
+        """Generate, run what the server runs, wait for the client's outputs (multi-agent), generate again; until
+        `outcome` is set."""
         while True:
             async for event in generation.events(congested):
                 yield event
@@ -144,38 +164,34 @@ class Steps:
             self._count_model_time(generation)
             if result.status != "completed":
                 self.outcome = msgspec.structs.replace(result, usage=self.usage)
-                break
+                return
             worked = False  # the server answered something (each answer is an item): the model generates again
             async for event in self._server_work(builder, steered, actions):
                 worked = True
                 yield event
             if self.outcome is not None:  # steered, or waiting for an approval
-                break
+                return
             if waits is not None and waits.needed(builder):
                 async for event in waits.outputs(builder, self.calls, steered):
                     yield event
                 if waits.blocked:  # an injected output the safety policy blocks: as a create's input would be
                     self.outcome = msgspec.structs.replace(BLOCKED, usage=self.usage)
-                    break
+                    return
                 if steered.is_set():  # steered while it waited: it ends here, the outputs so far kept
                     self.outcome = Outcome(status="incomplete", usage=self.usage, reason="steered")
-                    break
+                    return
                 worked = worked or waits.took
             if not worked:
                 self.outcome = msgspec.structs.replace(result, usage=self.usage)
-                break
+                return
             if actions is not None:  # what reached the agent while it worked: in before its next generation
                 async for event in actions.between(builder):
                     yield event
             step = await self._next(builder, generation.request, steered)
             if isinstance(step, Outcome):
                 self.outcome = step
-                break
+                return
             generation = next_of(step)
-        self.timings.add("mcp_step", self.overhead_s)
-        self.timings.add("mcp_call", self.mcp.seconds if self.mcp is not None else 0.0)
-        if self.calls.findings:
-            builder.response.metadata[OUTPUT_SAFETY_KEY] = output_summary(self.calls.findings)
 
     async def _approved(self, builder: ResponseBuilder, steered: asyncio.Event) -> AsyncGenerator[Event]:
         """The calls this create's approvals answered, run before its first generation."""
