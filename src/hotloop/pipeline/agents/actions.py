@@ -165,7 +165,7 @@ class AgentActions:
                 result.update(message="No subagent of yours is running, and no message came.", timed_out=False)
                 return
             left = deadline - time.monotonic()
-            if left <= 0 or steered.is_set():
+            if left <= 0 or steered.is_set() or (hub is not None and hub.blocked):  # blocked: the response ends
                 result.update(message="", timed_out=True)
                 return
             if hub is not None:

@@ -49,9 +49,10 @@ class Hub:
                 read = await calls.safety.scan_async(None, batch, calls.pool)  # as a create's tool outputs are
                 start = len(builder.response.output)
                 calls.findings += [(start, finding) for finding in read.findings]
-                self.blocked = self.blocked or read.verdict == "block"
+                blocked = read.verdict == "block"
+                self.blocked = self.blocked or blocked
                 for item in batch:
-                    for event in self._injected(builder, item):
+                    for event in self._injected(builder, item, route=not blocked):
                         yield event
         for path, item in self.roster.take_outbox():
             found = pair(item)
@@ -60,14 +61,17 @@ class Hub:
             for event in builder.add_item(item):
                 yield event
 
-    def _injected(self, builder: ResponseBuilder, item: ResponseItem) -> list[Event]:
+    def _injected(self, builder: ResponseBuilder, item: ResponseItem, route: bool) -> list[Event]:
+        """An injected output in the response's output; one that answers a subagent's call reaches that subagent
+        too, unless the safety stage blocked its batch (the response then ends, as for the root's own)."""
         found = pair(item)
         owner = self.roster.get(self.roster.owners.get(found[1], "")) if found is not None else None
         if owner is None:
             self.took = True
             return builder.add_item(item)
-        owner.outputs.append(item)
-        owner.bell.set()
+        if route:
+            owner.outputs.append(item)
+            owner.bell.set()
         return builder.add_item(msgspec.structs.replace(item, agent={"agent_name": owner.path}))
 
     async def wait(self, seconds: float | None) -> None:

@@ -171,6 +171,9 @@ class Steps:
                 yield event
             if self.outcome is not None:  # steered, or waiting for an approval
                 return
+            if waits is not None and waits.blocked:  # an output injected while the actions ran (a subagent's)
+                self.outcome = msgspec.structs.replace(BLOCKED, usage=self.usage)
+                return
             if waits is not None and waits.needed(builder):
                 async for event in waits.outputs(builder, self.calls, steered):
                     yield event
