@@ -423,6 +423,11 @@ def test_bench_agent_loop_through_vllm(engine: Engine, tmp_path: Path) -> None:
     command += ["--turns", "3", "--context-tokens", "2000", "--runs", "1", "--modes", "ws,http-chain"]
     command += ["--tool-ms", "0", "--json", str(out), "--quiet"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=280, check=False)
+    if done.returncode != 0 and "is incomplete" in done.stderr:
+        # vLLM's CPU build does not decode a prompt it has wholly cached exactly as it decoded it fresh: greedy
+        # SmolLM2 then at times writes a forced call's arguments to the output limit (seen in 2 of 7 runs of this
+        # tier on 2026-12-06, always in the second mode's first turn). The engine's, not hotloop's: once more.
+        done = subprocess.run(command, capture_output=True, text=True, timeout=280, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
     block = engine.block_size()
