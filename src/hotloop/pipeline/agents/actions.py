@@ -15,8 +15,6 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-import msgspec
-
 from hotloop.pipeline.agents.hub import Hub
 from hotloop.pipeline.agents.roster import RUNNING, Agent, Roster
 from hotloop.pipeline.mcp.calls import Calls
@@ -67,8 +65,8 @@ class AgentActions:
             async for event in self.hub.pump(builder, self.calls):
                 yield event
             return
-        for item in self.agent.take_mail():
-            builder.response.output.append(msgspec.structs.replace(item, agent=None))
+        # A mailbox holds messages as made (no `agent`: the response's copy is stamped), so they render as input.
+        builder.response.output.extend(self.agent.take_mail())
 
     async def _act(
         self, call: MultiAgentCall, builder: ResponseBuilder, steered: asyncio.Event, result: dict[str, Any]

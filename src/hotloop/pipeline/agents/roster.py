@@ -72,9 +72,6 @@ class Roster:
         self.spawned += 1
         return agent
 
-    def children(self, path: str) -> list[Agent]:
-        return [agent for agent in self.agents.values() if agent.parent == path]
-
     def busy_below(self, path: str) -> bool:
         """Whether an agent below `path` still runs (or waits for a slot): a message may still come."""
         prefix = path + "/"
