@@ -50,7 +50,8 @@ def test_an_output_being_added_is_not_answered_twice() -> None:
 def test_once_closed_injects_are_late_and_bounded() -> None:
     inbox = Inbox()
     inbox.offer(raw("call_a"), OUTPUT, SECRET)
-    assert len(inbox.close()) == 1  # committed, not taken: still acknowledged by the turn
+    inbox.close()
+    assert len(inbox.take()) == 1  # committed, not taken: still acknowledged by the turn
     for _ in range(MAX_LATE):
         assert inbox.offer(raw("call_b"), OUTPUT, SECRET) is False
     with pytest.raises(InvalidParam):

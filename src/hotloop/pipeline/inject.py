@@ -133,7 +133,6 @@ class Inbox:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), seconds)
 
-    def close(self) -> list[list[ResponseItem]]:
-        """No more commits: later injects are `late`; returns what was committed and not yet taken."""
+    def close(self) -> None:
+        """No more commits: later injects are `late`. What was committed and not yet taken stays for `take`."""
         self.closed = True
-        return self.take()

@@ -30,11 +30,12 @@ from hotloop.pipeline.finish import finish, finish_cancelled, log_finished
 from hotloop.pipeline.generate import BLOCKED, Generation, Outcome
 from hotloop.pipeline.grammars import input_checks
 from hotloop.pipeline.inject import Inbox, multi_agent
+from hotloop.pipeline.mcp.calls import Calls
 from hotloop.pipeline.prepared import Prepared, TurnOptions
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Lane, Session
 from hotloop.pipeline.steering import Steer
-from hotloop.pipeline.steps.loop import Steps
+from hotloop.pipeline.steps.loop import OUTPUT_SAFETY_KEY, Steps, output_summary
 from hotloop.tools.multi_agent import ROOT
 from hotloop.tools.registry import build_call
 from hotloop.wire.builder import ResponseBuilder
@@ -77,6 +78,7 @@ class Turn:
             self.builder.needs_approval = prepared.tools.approvals
         self._ending: list[Event] = []  # the events that ended a cancelled turn, until someone takes them
         self._looped: Outcome | None = None  # how a turn with MCP tools ended (`_tool_loop`)
+        self._calls: Calls | None = None  # the server-run calls of its steps, once they run (`_tool_loop`)
 
     @property
     def response(self) -> Response:
@@ -171,8 +173,10 @@ class Turn:
                     self.roster.cancel()  # its subagents end with it
                 self._ending = await asyncio.shield(self._finish_cancelled())
                 raise
-            for event in self._rest_injected(outcome):
+            async for event in self._rest_injected(outcome):
                 yield event
+            if self.hub is not None and self.hub.blocked:  # as an inject the steps took would end it
+                outcome = msgspec.structs.replace(BLOCKED, usage=outcome.usage)
             for steer in self.late_steers():  # acknowledged in order, before the terminal event
                 yield self.builder.steer_accepted(steer.id)
             for event in await self._finish(outcome):
@@ -273,6 +277,7 @@ class Turn:
                 waits = Waits(hub, self.service.settings.ws_inject_wait_s)
             subagents = Subagents(self.service, prepared, hub.roster, steps.calls, self.options.websocket)
             actions = AgentActions(hub.roster, hub.roster.root, steps.calls, subagents.start, hub)
+        self._calls = steps.calls
         run = steps.run(self.builder, generation, self._step_generation, congested, self.inbox.steered, waits, actions)
         async for event in run:
             yield event
@@ -297,21 +302,20 @@ class Turn:
         if outcome is not None and roster.usage is not None:
             self._looped = msgspec.structs.replace(outcome, usage=roster.usage.plus(outcome.usage))
 
-    def _rest_injected(self, outcome: Outcome) -> list[Event]:
-        """The inbox closes: an inject committed but not yet taken (the last generation failed, or was steered) is
-        still acknowledged and its outputs kept, after the item that generation left open, ended as the response
-        ends it; one that comes later is failed once the response has ended."""
-        if not self.inbox.injects:
-            return []
-        batches = self.inbox.close()
-        if not batches:
-            return []
-        events = self.builder.close_open("incomplete" if outcome.status == "incomplete" else "completed")
-        for batch in batches:
-            events.append(self.builder.inject_created())
-            for item in batch:
-                events += self.builder.add_item(item)
-        return events
+    async def _rest_injected(self, outcome: Outcome) -> AsyncGenerator[Event]:
+        """The response is ending: the injects committed but not yet taken go through its hub (agents/hub.py), as
+        the steps' own do. Only a response that generated has a call an inject could answer (`_calls`)."""
+        hub, calls = self.hub, self._calls
+        if hub is None:
+            return
+        if calls is None:
+            if hub.inbox is not None:
+                hub.inbox.close()
+            return
+        async for event in hub.rest(self.builder, calls, outcome.status):
+            yield event
+        if calls.findings:
+            self.builder.response.metadata[OUTPUT_SAFETY_KEY] = output_summary(calls.findings)
 
     def _step_generation(self, request: GenerationRequest) -> Generation:
         """A later step's generation, on its own clock: the turn's `ttft` is its first generation's."""

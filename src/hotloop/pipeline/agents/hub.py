@@ -74,6 +74,22 @@ class Hub:
             owner.bell.set()
         return builder.add_item(msgspec.structs.replace(item, agent={"agent_name": owner.path}))
 
+    async def rest(self, builder: ResponseBuilder, calls: Calls, status: str) -> AsyncGenerator[Event]:
+        """The response is ending: its inbox closes (a later inject is failed once it has ended), and what was
+        committed but not yet taken (the last generation failed, or was steered) is still acknowledged, read by the
+        safety stage and routed as any inject is, after the item that generation left open, ended as the response
+        ends it. `blocked` says whether the safety stage blocked it."""
+        inbox = self.inbox
+        if inbox is None:
+            return
+        inbox.close()
+        if not inbox.pending():
+            return
+        for event in builder.close_open("incomplete" if status == "incomplete" else "completed"):
+            yield event
+        async for event in self.pump(builder, calls):
+            yield event
+
     async def wait(self, seconds: float | None) -> None:
         """Until something comes for the root (an inject, a subagent's item or message, a steer) or `seconds`."""
         with contextlib.suppress(TimeoutError):
