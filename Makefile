@@ -50,12 +50,14 @@ test-vllm: $(STAMP)
 	$(PY) scripts/vllm_cpu.py prepare
 	$(VENV)/bin/pytest -m vllm tests/test_vllm.py $(PYTEST_ARGS)
 
-# The image tier (tests/test_image.py): the Containerfile built with podman on a Debian base made here and run as
-# an operator runs it. scripts/image.py installs podman if missing and caches the base and the wheels under
-# ~/.cache/hotloop/image (the first time: a few minutes). .ci/run runs it after the vLLM tier.
+# The image tier: the Containerfile built with podman on a Debian base made here and run as an operator runs it
+# (tests/test_image.py), the Compose file brought up with podman-compose (test_compose.py), the Kubernetes example
+# played with `podman kube play` (test_kubernetes.py). scripts/image.py installs podman if missing and caches the
+# base, the wheels and the stand-ins for registry images under ~/.cache/hotloop/image (the first time: a few
+# minutes). .ci/run runs it after the vLLM tier.
 test-image: $(STAMP)
 	$(PY) scripts/image.py build
-	$(VENV)/bin/pytest -m image tests/test_image.py -s $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m image tests/test_image.py tests/test_compose.py tests/test_kubernetes.py -s $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

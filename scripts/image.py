@@ -8,7 +8,9 @@ reaches no image registry: `python scripts/image.py prepare|build|name`.
   this checkout's virtualenv (pip's own cache makes a rebuild seconds: llama.cpp is compiled once, on the host).
 - `build`: `podman build` of the Containerfile on that base, the wheelhouse mounted at /wheels (`--no-index`: the
   build needs no network), tagged `localhost/hotloop:test`. Podman's layer cache keeps the base's layers.
-- `name`: prints the image's name (for the tests).
+- `build` also builds the stand-ins for the registry images the Compose file and the Kubernetes example name
+  (PostgreSQL, nginx: tests/images/), from Debian's packages on the same base, tagged `localhost/hotloop-<name>:test`.
+- `name [postgres|nginx]`: prints an image's name (for the tests).
 
 Everything cached lives under ~/.cache/hotloop/image (HOTLOOP_IMAGE_CACHE), as the vLLM tier's does.
 """
@@ -27,7 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("HOTLOOP_IMAGE_CACHE", Path.home() / ".cache" / "hotloop" / "image"))
 BASE = "localhost/hotloop-base:bookworm"
 IMAGE = "localhost/hotloop:test"
-PACKAGES = ("podman", "runc", "debootstrap")
+# What stands in for a registry's image in the tier (tests/images/Containerfile.<name>).
+STAND_INS = ("postgres", "nginx")
+# netavark and aardvark-dns: the networks Compose and `podman kube play` make resolve their containers' names.
+PACKAGES = ("podman", "runc", "debootstrap", "netavark", "aardvark-dns")
 # What the base's Python (Debian 12's 3.11.2) needs beside this virtualenv's (3.11.7): redis asks for async-timeout
 # before 3.11.3.
 EXTRA = ("async-timeout>=4.0.3",)
@@ -59,8 +64,13 @@ def podman(*args: str, check: bool = True, capture: bool = False) -> subprocess.
     return subprocess.run(["podman", *args], env=env(), check=check, text=True, capture_output=capture)
 
 
+def installed(package: str) -> bool:
+    found = subprocess.run(["dpkg-query", "-W", "-f", "${Status}", package], capture_output=True, text=True)
+    return found.stdout.endswith("installed")
+
+
 def install_packages() -> None:
-    missing = [name for name in PACKAGES if shutil.which(name) is None]
+    missing = [name for name in PACKAGES if not installed(name)]
     if not missing:
         return
     log(f"installing {', '.join(missing)} from Debian's packages")
@@ -156,17 +166,39 @@ def build(wheels: Path, with_model: bool = True) -> float:
     return seconds
 
 
+def stand_in(name: str) -> str:
+    return f"localhost/hotloop-{name}:test"
+
+
+def build_stand_ins() -> None:
+    """Debian's packages installed on the base (apt through the host's network); podman's layer cache keeps them
+    until their Containerfile changes."""
+    folder = ROOT / "tests" / "images"
+    for name in STAND_INS:
+        started = time.monotonic()
+        built = podman(
+            "build", "-q", "--network", "host", "--build-arg", f"BASE={BASE}",
+            "-t", stand_in(name), "-f", str(folder / f"Containerfile.{name}"), str(folder),
+            check=False, capture=True,
+        )  # fmt: skip
+        if built.returncode != 0:
+            raise SystemExit(f"image: building {stand_in(name)} failed:\n{built.stdout}{built.stderr}")
+        log(f"built {stand_in(name)} in {time.monotonic() - started:.0f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=("prepare", "build", "name"))
+    parser.add_argument("which", nargs="?", choices=STAND_INS, help="name: a stand-in's name instead of hotloop's")
     parser.add_argument("--without-model", action="store_true", help="build without the default model's weights")
     args = parser.parse_args()
     if args.command == "name":
-        print(IMAGE)
+        print(stand_in(args.which) if args.which else IMAGE)
     elif args.command == "prepare":
         prepare()
     else:
         build(prepare(), with_model=not args.without_model)
+        build_stand_ins()
 
 
 if __name__ == "__main__":

@@ -222,3 +222,15 @@ def test_configuration_doc_is_generated_from_the_settings() -> None:
     spec.loader.exec_module(module)
     for doc in ("docs/configuration.md", "README.md"):
         assert module.table() in (ROOT / doc).read_text(), f"{doc}: run python scripts/gen_config_doc.py"
+
+
+def test_serve_refuses_a_missing_or_short_secret_key_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`secret_key_file` is made elsewhere (a Kubernetes Secret): never created here, and refused at the start when
+    it is missing or too short to sign with, naming the file and never showing its bytes."""
+    short = tmp_path / "short.key"
+    short.write_bytes(b"0123456789")
+    for path, says in ((tmp_path / "missing.key", "No such file"), (short, "at least 32")):
+        assert serve(Settings(secret_key_file=str(path), data_dir=str(tmp_path))) == 2
+        err = capsys.readouterr().err
+        assert f"secret_key_file {path}" in err and says in err and "0123456789" not in err
+    assert not (tmp_path / "secret.key").exists()

@@ -8,34 +8,21 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
+from podman_support import image_name, podman
+
 pytestmark = pytest.mark.image
-ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-image-test"
 SIM = {"HOTLOOP_MODELS": "hotloop-sim", "HOTLOOP_DEFAULT_MODEL": "hotloop-sim"}
-
-
-def _image_env() -> dict[str, str]:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import image  # scripts/image.py: its containers.conf
-
-    return image.env()
-
-
-def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["podman", *args], env=_image_env(), check=check, text=True, capture_output=True)
 
 
 def free_port() -> int:
@@ -56,9 +43,7 @@ class Container:
 
     def start(self) -> Container:
         flags = [flag for key, value in self.environment.items() for flag in ("-e", f"{key}={value}")]
-        image = subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "image.py"), "name"], check=True, text=True, capture_output=True
-        ).stdout.strip()
+        image = image_name()
         self.started = time.monotonic()
         podman(
             "run", "-d", "--name", self.name, "-p", f"127.0.0.1:{self.port}:8000",
@@ -185,9 +170,7 @@ def test_without_keys_the_container_refuses_to_start(volume: str) -> None:
 
 
 def test_the_image_size() -> None:
-    image = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "image.py"), "name"], check=True, text=True, capture_output=True
-    ).stdout.strip()
+    image = image_name()
     size = int(podman("image", "inspect", "--format", "{{.Size}}", image).stdout.strip())
     print(f"image: {image} is {size / 1e6:.0f} MB")
     assert size < 1_000_000_000  # docs/deploy.md gives the measured size; a runaway layer would show here

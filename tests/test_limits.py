@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 from websockets.exceptions import InvalidStatus
@@ -278,7 +279,11 @@ def test_input_tokens_is_admitted_like_a_create(tmp_path: Path, monkeypatch: pyt
             created = http.post("/responses", json={**count, "store": False})  # a create is kept for a resend
             assert created.status_code == 200, created.text
             assert scrape(running).value("hotloop_cache_entries", cache="resend") == 1
+        root = running.base_url.removesuffix("/v1")
+        assert httpx.get(f"{root}/readyz").json() == {"status": "ready"}
         running.service.drain.begin()  # no WebSocket waits on the drain's event: safe from this thread
+        ready = httpx.get(f"{root}/readyz")
+        assert (ready.status_code, ready.json()) == (503, {"status": "draining"})
         with running.http("key-c") as http:
             error_of(http.post("/responses/input_tokens", json=count), 503, "server_is_overloaded", None)
     finally:

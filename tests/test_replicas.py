@@ -127,6 +127,25 @@ def test_replicas_starting_together_create_one_secret(tmp_path: Path) -> None:
             assert [path.name for path in fresh.iterdir()] == ["secret.key"]  # no candidate left behind
 
 
+def test_replicas_handed_one_secret_key_file_open_each_others_items(tmp_path: Path) -> None:
+    """Replicas with their own data directories, each handed the same `secret_key_file` (as a Kubernetes Secret is
+    mounted): an item sealed by one opens on the other, and neither makes a secret.key of its own."""
+    secret = tmp_path / "secret" / "secret.key"
+    secret.parent.mkdir()
+    secret.write_bytes(os.urandom(32))
+    with (
+        ServerProcess(tmp_path / "a", secret_key_file=secret) as one,
+        ServerProcess(tmp_path / "b", secret_key_file=secret) as two,
+    ):
+        body = {"model": SIM, "input": "remember this"}
+        compacted = httpx.post(f"{one.base_url}/responses/compact", json=body, headers=HEADERS, timeout=30)
+        assert compacted.status_code == 200, compacted.text
+        follow = {"model": SIM, "input": [*compacted.json()["output"], {"role": "user", "content": "go on"}]}
+        reply = httpx.post(f"{two.base_url}/responses", json=follow, headers=HEADERS, timeout=30)
+        assert reply.status_code == 200 and reply.json()["status"] == "completed", reply.text
+    assert not (tmp_path / "a" / "secret.key").exists() and not (tmp_path / "b" / "secret.key").exists()
+
+
 # --- hotloop serve --workers N ------------------------------------------------------------------------------------
 
 

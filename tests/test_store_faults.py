@@ -157,6 +157,8 @@ def test_store_unreachable(kind: str, tmp_path: Path, cleanup: list[tuple[str, s
             stored_id = stored.json()["id"]
             ws_prev = final(ws.turn(model="hotloop-sim", input="start", store=False))["id"]
             usage_record(http, ws_prev)  # the ledger is idle: the first store call after the cut is the save below
+            root = server.base_url.removesuffix("/v1")
+            assert httpx.get(f"{root}/readyz").json() == {"status": "ready"}
 
             proxy.cut()
             # The first store:true response meets the dead store when it is saved: failed in-band (the stream
@@ -166,6 +168,10 @@ def test_store_unreachable(kind: str, tmp_path: Path, cleanup: list[tuple[str, s
             assert events[-1]["type"] == "response.failed"
             assert events[-1]["response"]["error"]["code"] == "store_unavailable"
             assert [e["error"]["code"] for e in events if e["type"] == "error"] == ["store_unavailable"]
+            # Readiness asks the store itself (a load balancer takes the replica out); liveness does not.
+            ready = httpx.get(f"{root}/readyz", timeout=10)
+            assert (ready.status_code, ready.json()) == (503, {"status": "store_unavailable"})
+            assert httpx.get(f"{root}/healthz").status_code == 200
             # Now the store is known down: store:true creates are refused before they generate, streamed or not.
             error_of(create(http), 503, "store_unavailable", None)
             error_of(create(http, stream=True), 503, "store_unavailable", None)
@@ -190,6 +196,9 @@ def test_store_unreachable(kind: str, tmp_path: Path, cleanup: list[tuple[str, s
 
             proxy.restore()
             deadline = time.monotonic() + 15
+            while httpx.get(f"{root}/readyz", timeout=10).status_code != 200:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
             while (reply := create(http)).status_code != 200:
                 assert time.monotonic() < deadline, reply.text
                 time.sleep(0.1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 import msgspec
 
@@ -73,6 +74,14 @@ def serve(settings: Settings) -> int:
     if settings.workers < 0:
         print("hotloop: workers must be 0 (one per core) or more", file=sys.stderr)
         return 2
+    if settings.secret_key_file:
+        from hotloop.sealing import read_given
+
+        try:
+            read_given(Path(settings.secret_key_file))  # a bad secret stops the start here, not in a worker
+        except ValueError as exc:
+            print(f"hotloop: {exc}", file=sys.stderr)
+            return 2
     exposed = unguarded_host(settings)
     if exposed is not None and not settings.allow_unauthenticated:
         print(refusal(exposed), file=sys.stderr)

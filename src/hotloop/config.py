@@ -75,6 +75,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
     port: int = 8000
     data_dir: str = ""
+    secret_key_file: str = ""
     store_url: str = ""
     retention_ttl_s: float = 0.0
     retention_max_bytes: int = 0
@@ -180,6 +181,8 @@ HELP: dict[str, str] = {
     "host": "Address to listen on.",
     "port": "TCP port for HTTP and WebSocket mode (same port, same path).",
     "data_dir": "Where the SQLite store and the server secret live (default: the user's data dir).",
+    "secret_key_file": "A file holding the server secret (32 bytes or more) that signs encrypted items, the same "
+    "file on every replica (a Kubernetes Secret's volume); empty: data_dir/secret.key, created when missing.",
     "store_url": "Response store: sqlite:///path, redis://host:port/db?prefix=P or "
     "postgresql://user@host/db?schema=S (default: sqlite in data_dir; docs/stores.md).",
     "retention_ttl_s": "Stored responses older than this many seconds are deleted (0: kept until deleted).",

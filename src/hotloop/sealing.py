@@ -13,10 +13,14 @@ from pathlib import Path
 from hotloop.errors import InvalidParam
 
 SECRET_FILE = "secret.key"
+MIN_SECRET_BYTES = 32
 
 
-def load_secret(data_dir: Path) -> bytes:
-    """The persistent server secret: created once, so blobs stay valid across restarts."""
+def load_secret(data_dir: Path, given: str = "") -> bytes:
+    """The persistent server secret: `given` (a file every replica is handed: `secret_key_file`), else
+    data_dir's, created once, so blobs stay valid across restarts."""
+    if given:
+        return read_given(Path(given))
     path = data_dir / SECRET_FILE
     if not path.exists():
         # Replicas starting together on one data_dir must end up with one key: each writes a candidate aside and
@@ -31,6 +35,21 @@ def load_secret(data_dir: Path) -> bytes:
         finally:
             candidate.unlink()
     return path.read_bytes()
+
+
+def read_given(path: Path) -> bytes:
+    """A secret made elsewhere (a Kubernetes Secret's file): never created here, and long enough to sign with;
+    raises `ValueError` saying what is wrong (the secret itself never appears)."""
+    try:
+        secret = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"secret_key_file {path}: {exc.strerror or exc}") from exc
+    if len(secret) < MIN_SECRET_BYTES:
+        raise ValueError(
+            f"secret_key_file {path}: holds {len(secret)} bytes; at least {MIN_SECRET_BYTES} are needed "
+            "(head -c 32 /dev/urandom > secret.key)"
+        )
+    return secret
 
 
 def _b64(data: bytes) -> str:

@@ -39,6 +39,10 @@ class Store(Sweepable, ConversationStore, Protocol):
         `store: true` create, so that it fails before generating."""
         ...
 
+    async def ping(self) -> None:
+        """Reach the store once, whatever was seen before (`/readyz`); raise `StoreUnavailable` when it cannot."""
+        ...
+
     async def save(self, owner: str, response: Response, input_items: list[ContextItem]) -> None:
         """Insert or replace a response with its own input items (the output is in `response.output`)."""
         ...

@@ -89,6 +89,10 @@ class RedisStore(RedisConversations):
     async def ensure_available(self) -> None:
         await self.health.ensure()
 
+    async def ping(self) -> None:
+        async with self.health.guard():
+            await self.client.ping()
+
     def start(self, on_deleted: DeletionHandler, on_gap: GapHandler) -> None:
         feed = retry_forever("redis", lambda subscribed: self._listen(on_deleted, subscribed), on_gap)
         self._background.start(self, self.retention, feed)

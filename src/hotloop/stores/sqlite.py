@@ -242,6 +242,9 @@ class SQLiteStore(SQLiteConversations):
     async def ensure_available(self) -> None:
         """A local file: nothing to probe (a locked or unwritable file still fails its call with a 503)."""
 
+    async def ping(self) -> None:
+        await self._read(lambda conn: conn.execute("SELECT 1").fetchone())
+
     def start(self, on_deleted: DeletionHandler, on_gap: GapHandler) -> None:
         # never calls on_gap: the deletions table is read by sequence number, so no deletion is missed
         self._background.start(self, self.retention, self._poll_deletions(on_deleted))

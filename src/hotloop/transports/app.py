@@ -43,7 +43,9 @@ def build_service(settings: Settings) -> Service:
     limits = None
     if share is not None:
         limits = LimitTable(share.limits, share.worker, settings.rate_limit_rpm, settings.rate_limit_tpm)
-    return Service(settings, build_registry(settings), store, load_secret(data_dir), ledger, limits)
+    return Service(
+        settings, build_registry(settings), store, load_secret(data_dir, settings.secret_key_file), ledger, limits
+    )
 
 
 async def _hotloop_error(request: Request, exc: Exception) -> Response:
@@ -78,6 +80,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
 
     routes = [
         Route("/healthz", http.healthz),
+        Route("/readyz", http.readyz),
         Route("/metrics", http.metrics),
         Route("/v1/models", http.list_models),
         Route("/v1/models/{model_id:path}", http.get_model),

@@ -12,7 +12,15 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from hotloop.errors import InvalidParam, NotFound, RequestTooLarge, UnsupportedParam, UpgradeRequired, failure_of
+from hotloop.errors import (
+    InvalidParam,
+    NotFound,
+    RequestTooLarge,
+    StoreUnavailable,
+    UnsupportedParam,
+    UpgradeRequired,
+    failure_of,
+)
 from hotloop.models import Model
 from hotloop.pipeline import background
 from hotloop.pipeline.admission.entry import admit
@@ -33,6 +41,7 @@ from hotloop.wire.request import decode_create
 from hotloop.wire.response import encode
 
 JSON = "application/json"
+READY_TIMEOUT_S = 2.0  # a readiness probe's store ping: under a probe's usual 3-5 s timeout
 
 
 def raw_json(data: bytes, status: int = 200) -> Response:
@@ -256,4 +265,18 @@ async def metrics(request: Request) -> Response:
 
 
 async def healthz(request: Request) -> Response:
+    """Liveness: the process serves (it answers while it drains too, so a supervisor does not kill it early)."""
     return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    """Readiness (a load balancer's or Kubernetes' probe): 503 while the process drains, or while its store does
+    not answer within `READY_TIMEOUT_S`; nothing in it names a key, a response or the store's address."""
+    service = service_of(request)
+    if service.drain.draining:
+        return JSONResponse({"status": "draining"}, status_code=503)
+    try:
+        await asyncio.wait_for(service.store.ping(), READY_TIMEOUT_S)
+    except (StoreUnavailable, TimeoutError):
+        return JSONResponse({"status": "store_unavailable"}, status_code=503)
+    return JSONResponse({"status": "ready"})

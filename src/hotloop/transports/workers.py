@@ -172,7 +172,9 @@ def run_workers(settings: Settings) -> int:
     from hotloop.sealing import load_secret
 
     logging.config.dictConfig(logging_config(settings))  # the workers' format: plain text or JSON lines
-    load_secret(settings.resolved_data_dir())  # before any worker exists: they all read this one key
+    load_secret(
+        settings.resolved_data_dir(), settings.secret_key_file
+    )  # before any worker exists: they all read this one key
     sock = bind_socket(settings)
     supervisor = Supervisor(settings, sock)
 
