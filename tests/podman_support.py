@@ -7,6 +7,9 @@ import subprocess
 import sys
 from functools import cache
 from pathlib import Path
+from typing import Any
+
+import openai
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,3 +39,22 @@ def image_name(which: str = "") -> str:
     module = _image_module()
     name: str = module.stand_in(which) if which else module.IMAGE  # type: ignore[attr-defined]
     return name
+
+
+def ws_loop(client: openai.OpenAI, model: str, turns: int = 3, store: bool = False) -> str:
+    """An openai-python WebSocket loop: `turns` creates on one connection, each continuing the last; the last
+    response's id. Every turn must complete."""
+    previous = None
+    with client.responses.connect() as connection:
+        for turn in range(turns):
+            body: dict[str, Any] = {"model": model, "input": f"Turn {turn}", "store": store}
+            if previous is not None:
+                body["previous_response_id"] = previous
+            connection.response.create(**body)
+            for event in connection:
+                if event.type in ("response.completed", "response.failed", "error"):
+                    break
+            assert event.type == "response.completed", event
+            previous = event.response.id
+    assert previous is not None
+    return previous

@@ -13,13 +13,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from podman_support import image_name, podman, podman_env
+from podman_support import image_name, podman, podman_env, ws_loop
 
 pytestmark = pytest.mark.image
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,27 +115,10 @@ def project() -> Iterator[Project]:
         running.compose("down", "-v", "-t", "5", check=False)
 
 
-def _ws_loop(client: openai.OpenAI, turns: int) -> str:
-    previous = None
-    with client.responses.connect() as connection:
-        for turn in range(turns):
-            body: dict[str, Any] = {"model": "sim", "input": f"Turn {turn}", "store": False}
-            if previous is not None:
-                body["previous_response_id"] = previous
-            connection.response.create(**body)
-            for event in connection:
-                if event.type in ("response.completed", "response.failed", "error"):
-                    break
-            assert event.type == "response.completed", event
-            previous = event.response.id
-    assert previous is not None
-    return previous
-
-
 def test_compose_up_gives_a_working_endpoint_on_two_replicas(project: Project) -> None:
     print(f"compose: ready through nginx {project.ready():.1f} s after up")
     client = project.client()
-    _ws_loop(client, 3)
+    ws_loop(client, "sim")
     # A stored chain through nginx: its turns spread over both replicas, each continuing from PostgreSQL.
     ids = [client.responses.create(model="sim", input="Remember 7.", store=True).id]
     for turn in range(20):
@@ -153,6 +135,6 @@ def test_compose_up_gives_a_working_endpoint_on_two_replicas(project: Project) -
     assert stopped.returncode == 0
     before = project.served("hotloop-2")
     after = [client.responses.create(model="sim", input="Still there?", previous_response_id=ids[-1]).id]
-    after.append(_ws_loop(client, 2))
+    after.append(ws_loop(client, "sim", turns=2))
     assert all(client.responses.retrieve(i).status == "completed" for i in after[:1])
     assert set(after) <= project.served("hotloop-2") - before

@@ -18,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from podman_support import image_name, podman
+from podman_support import image_name, podman, ws_loop
 
 pytestmark = pytest.mark.image
 KEY = "sk-image-test"
@@ -100,18 +100,7 @@ def test_the_container_runs_a_websocket_loop_and_a_stored_chain(volume: str) -> 
         seconds = container.ready()
         print(f"image: /healthz answered {seconds:.2f} s after podman run")
         client = container.client()
-        previous = None
-        with client.responses.connect() as connection:
-            for turn in range(3):
-                body: dict[str, Any] = {"model": "hotloop-sim", "input": f"Turn {turn}", "store": False}
-                if previous is not None:
-                    body["previous_response_id"] = previous
-                connection.response.create(**body)
-                for event in connection:
-                    if event.type in ("response.completed", "response.failed", "error"):
-                        break
-                assert event.type == "response.completed", event
-                previous = event.response.id
+        ws_loop(client, "hotloop-sim")
         first = client.responses.create(model="hotloop-sim", input="Remember 7.", store=True)
         second = client.responses.create(model="hotloop-sim", input="And?", previous_response_id=first.id, store=True)
         assert client.responses.retrieve(second.id).previous_response_id == first.id

@@ -23,7 +23,7 @@ import yaml
 
 from hotloop.config import load_settings
 from kube_support import KUBERNETES, NOT_RUN, for_podman, overlay, podman_secret, render, validate
-from podman_support import image_name, podman
+from podman_support import image_name, podman, ws_loop
 
 BASE = KUBERNETES / "base"
 EXAMPLE = KUBERNETES / "examples" / "postgres"
@@ -187,18 +187,7 @@ def test_podman_kube_play_runs_the_example(played: Played) -> None:
         openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, websocket_base_url=f"{url.replace('http', 'ws')}/v1")
         for url in urls.values()
     )
-    previous = None
-    with one.responses.connect() as connection:
-        for turn in range(3):
-            body: dict[str, Any] = {"model": "sim", "input": f"Turn {turn}", "store": True}
-            if previous is not None:
-                body["previous_response_id"] = previous
-            connection.response.create(**body)
-            for event in connection:
-                if event.type in ("response.completed", "response.failed", "error"):
-                    break
-            assert event.type == "response.completed", event
-            previous = event.response.id
+    previous = ws_loop(one, "sim", store=True)
     # The other pod continues the chain from PostgreSQL, and opens an item the first sealed: one secret.key.
     continued = two.responses.create(model="sim", input="And on the other pod?", previous_response_id=previous)
     assert continued.status == "completed" and two.responses.retrieve(previous).status == "completed"

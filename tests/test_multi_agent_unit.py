@@ -3,14 +3,21 @@ how their items read to a model; a subagent's items never in the root's rendered
 
 from __future__ import annotations
 
+import asyncio
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from hotloop.chat.hosted import as_calls
+from hotloop.pipeline.agents.branch import Subagents
+from hotloop.pipeline.agents.roster import Limits, Roster
+from hotloop.pipeline.generate import Outcome
+from hotloop.pipeline.service import Service
 from hotloop.tools import multi_agent
 from hotloop.wire.agent_items import MultiAgentCall
 from hotloop.wire.items import FunctionCall, FunctionCallOutput, InputText, Message
+from hotloop.wire.response import Response
 
 pytestmark = pytest.mark.fast
 
@@ -76,3 +83,34 @@ def test_the_safety_stage_reads_every_agent_items_text() -> None:
     assert "sk-secret" in "".join(item_texts(call))
     assert "found it" in "".join(item_texts(output)) and "the answer" in "".join(item_texts(message))
     assert is_tool_output(output) and is_tool_output(message) and not is_tool_output(call)
+
+
+async def test_a_followup_to_an_interrupted_agent_runs_once_the_interrupted_run_unwound(sim_service: Service) -> None:
+    """`interrupt_agent` cancels a subagent's run, which unwinds at its next await; a `followup_task` right after
+    starts it again on the same writer and context only once that run is over: its runs never overlap."""
+    roster = Roster(Limits(2, 4, 1), asyncio.Event())
+    prepared = SimpleNamespace(response=Response(id="resp_x", created_at=1, model="hotloop-sim"))
+    subagents = Subagents(sim_service, prepared, roster, None, websocket=True)  # type: ignore[arg-type]
+    running: list[str] = []
+    overlaps: list[list[str]] = []
+
+    async def steps(branch: object, task: str) -> Outcome:
+        running.append(task)
+        overlaps.append(list(running))
+        try:
+            await asyncio.sleep(0.05)
+        finally:
+            await asyncio.sleep(0.02)  # unwinding takes a while (a cut item's close, its usage)
+            running.remove(task)
+        return Outcome(status="completed")
+
+    subagents._steps = steps  # type: ignore[method-assign]
+    agent = roster.add("/root/worker", roster.root)
+    subagents.start(agent, "first")
+    await asyncio.sleep(0.01)
+    assert agent.task is not None
+    agent.task.cancel()  # as interrupt_agent does
+    agent.status = "interrupted"
+    subagents.start(agent, "second")  # as followup_task does for an agent not running
+    await asyncio.wait_for(agent.task, 5)
+    assert overlaps == [["first"], ["second"]] and agent.status == "completed"

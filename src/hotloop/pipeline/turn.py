@@ -35,7 +35,7 @@ from hotloop.pipeline.prepared import Prepared, TurnOptions
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Lane, Session
 from hotloop.pipeline.steering import Steer
-from hotloop.pipeline.steps.loop import OUTPUT_SAFETY_KEY, Steps, output_summary
+from hotloop.pipeline.steps.loop import OUTPUT_SAFETY_KEY, Drive, Steps, output_summary
 from hotloop.tools.multi_agent import ROOT
 from hotloop.tools.registry import build_call
 from hotloop.wire.builder import ResponseBuilder
@@ -278,8 +278,8 @@ class Turn:
             subagents = Subagents(self.service, prepared, hub.roster, steps.calls, self.options.websocket)
             actions = AgentActions(hub.roster, hub.roster.root, steps.calls, subagents.start, hub)
         self._calls = steps.calls
-        run = steps.run(self.builder, generation, self._step_generation, congested, self.inbox.steered, waits, actions)
-        async for event in run:
+        drive = Drive(self._step_generation, self.inbox.steered, congested, waits, actions)
+        async for event in steps.run(self.builder, generation, drive):
             yield event
         self._looped = steps.outcome
         if hub is not None:

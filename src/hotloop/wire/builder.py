@@ -1,9 +1,10 @@
 """Turn backend deltas into the event sequence of protocol.md §2 (no I/O): deltas in, encoded events out.
 
-The builder owns the response object, the sequence counter and the open output item, so every transport gets
-the same bytes, `sequence_number` counts from 0 without gaps, and the terminal `response.output` equals the
-`output_item.done` items in order (§2.3) — ordered by `output_index`: an `mcp_call`'s done waits until the server
-ran it (wire/mcp_builder.py).
+The builder is an agent's item writer: the open output item, its text, its agent and its checks. It writes through
+an `Output` (wire/output.py), the response's own stream, which numbers every event once (every transport gets the
+same bytes, `sequence_number` counts from 0 without gaps) and keeps the terminal `response.output` equal to the
+`output_item.done` items in order (§2.3), an `mcp_call`'s slot reserved until the server ran it
+(wire/mcp_builder.py). A subagent's writer writes through its branch's `Output` instead (pipeline/agents/branch.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from hotloop.errors import failure_of
 from hotloop.ids import new_id
 from hotloop.wire import events as ev
 from hotloop.wire.agent_items import MultiAgentCall
-from hotloop.wire.events import Event, encode_event
+from hotloop.wire.events import Event
 from hotloop.wire.items import (
     Compaction,
     CustomToolCall,
@@ -33,6 +34,7 @@ from hotloop.wire.items import (
     ResponseItem,
 )
 from hotloop.wire.mcp_builder import McpBuilder
+from hotloop.wire.output import Output
 from hotloop.wire.response import ErrorInfo, IncompleteDetails, Response, Usage
 from hotloop.wire.tool_items import ShellCall, TypedCallItem
 
@@ -104,27 +106,27 @@ class ResponseBuilder(McpBuilder):
         typed: CallBuilder | None = None,
         checks: InputChecks | None = None,
         agent: dict[str, str] | None = None,
+        output: Output | None = None,
     ) -> None:
+        self.out = output if output is not None else Output(response, stream_id)
         self.response = response
         self._agent = agent  # a multi-agent response's: on each item it makes (protocol.md §1.12)
         self._ending = False  # `close()` has begun: the item it closes is the response's last
         self._typed = typed
         self._checks = checks
         self._check: InputCheck | None = None  # the open custom call's, when its tool has a grammar
-        self.stream_id = stream_id
         self._reasoning = REASONING_EVENTS[reasoning_events]
         self._seal = (
             seal  # `include: ["reasoning.encrypted_content"]`: a finished reasoning item carries its text sealed
         )
-        self._seq = 0
         self._open: ResponseItem | _Writing | None = None
         self._text: list[str] = []
+        self._emit = self.out.emit
         self._init_mcp()
 
-    def _emit(self, cls: type[ev._Event], terminal: bool = False, **fields: object) -> Event:
-        event = cls(sequence_number=self._seq, stream_id=self.stream_id, **fields)
-        self._seq += 1
-        return encode_event(event, terminal)
+    @property
+    def stream_id(self) -> str | None:
+        return self.out.stream_id
 
     def _snapshot(self) -> Response:
         # Events are encoded the moment they are built, so the live object shows its state at that moment.
@@ -249,7 +251,7 @@ class ResponseBuilder(McpBuilder):
 
     @property
     def _index(self) -> int:
-        return len(self.response.output)
+        return self.out.index
 
     def _close_item(self, status: str) -> list[Event]:
         item = self._open
@@ -305,9 +307,7 @@ class ResponseBuilder(McpBuilder):
             if check is not None and not check.matches():
                 status = "incomplete"  # its grammar refuses the input: never handed out as a valid call (§1.11)
             done = msgspec.structs.replace(item, input=text, status=status)
-        ended = self._done(index, done)  # held while a call before it has not run (wire/mcp_builder.py)
-        if ended is not None:
-            out.append(ended)
+        out += self.out.end(index, done)  # held while a reserved slot precedes it (wire/output.py)
         return out
 
     def _close_typed(self, writing: _Writing, text: str, status: str) -> list[Event]:
@@ -330,9 +330,7 @@ class ResponseBuilder(McpBuilder):
                 out.append(
                     self._emit(ev.ShellCallCommandDone, output_index=index, command_index=number, command=command)
                 )
-        ended = self._done(index, item)
-        if ended is not None:
-            out.append(ended)
+        out += self.out.end(index, item)
         return out
 
     def _reasoning_done(self, item_id: str, index: int, text: str) -> list[Event]:
@@ -357,7 +355,7 @@ class ResponseBuilder(McpBuilder):
             out: list[Event] = []
         else:
             out = self._close_item("incomplete" if status == "incomplete" else "completed")
-        out += self._end_pending()
+        out += self.out.end_reserved()
         self.set_status(status, usage, reason=reason, error=error)
         return out
 

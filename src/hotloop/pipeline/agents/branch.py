@@ -34,7 +34,7 @@ from hotloop.pipeline.prepared import Prepared
 from hotloop.pipeline.prompt import render_prompt
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.steering import required_input
-from hotloop.pipeline.steps.loop import Steps
+from hotloop.pipeline.steps.loop import Drive, Steps
 from hotloop.pipeline.steps.searches import Searches
 from hotloop.tools import multi_agent
 from hotloop.tools.registry import build_call
@@ -43,6 +43,7 @@ from hotloop.wire import events as ev
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
 from hotloop.wire.items import InputText, Message, ResponseItem
+from hotloop.wire.output import Output
 from hotloop.wire.response import Response
 
 log = logging.getLogger("hotloop.turn")
@@ -50,18 +51,24 @@ _NOTHING = Event("", b"", False)  # what a branch's writer returns for an event:
 SERVER_KINDS = frozenset({"mcp", SERVER_KIND, multi_agent.KIND})  # the tools a subagent runs without a client
 
 
-class BranchBuilder(ResponseBuilder):
-    """A subagent's item writer: the items of its own output; each one that ends is posted for the response's."""
+class BranchOutput(Output):
+    """A subagent's own output (wire/output.py): its items, in order; each one that ends is posted to the roster
+    for the response's stream, and no event is numbered or sent."""
 
     def __init__(self, roster: Roster, path: str, template: Response) -> None:
-        response = msgspec.structs.replace(template, output=[], id=f"{template.id}{path}")
-        super().__init__(response, None, "none", None, typed=build_call)
+        super().__init__(msgspec.structs.replace(template, output=[], id=f"{template.id}{path}"))
         self.roster, self.path = roster, path
 
-    def _emit(self, cls: type[ev._Event], terminal: bool = False, **fields: object) -> Event:
+    def emit(self, cls: type[ev._Event], terminal: bool = False, **fields: object) -> Event:
         if cls is ev.OutputItemDone:
             self.roster.post(self.path, fields["item"])  # type: ignore[arg-type]
         return _NOTHING
+
+
+def branch_writer(roster: Roster, path: str, template: Response) -> ResponseBuilder:
+    """A subagent's item writer: the root's kind of writer, through its branch's output."""
+    output = BranchOutput(roster, path, template)
+    return ResponseBuilder(output.response, reasoning_events="none", typed=build_call, output=output)
 
 
 @dataclass(slots=True)
@@ -69,7 +76,7 @@ class Branch:
     """One subagent's state across its runs (a follow-up task runs it again on the same context)."""
 
     agent: Agent
-    builder: BranchBuilder
+    builder: ResponseBuilder
     actions: AgentActions
     steps: Steps | None = None
     request: GenerationRequest | None = None  # its last generation's
@@ -86,11 +93,12 @@ class Subagents:
     def start(self, agent: Agent, task: str) -> None:
         branch = self._branches.get(agent.path)
         if branch is None:
-            builder = BranchBuilder(self.roster, agent.path, self.prepared.response)
+            builder = branch_writer(self.roster, agent.path, self.prepared.response)
             branch = Branch(agent, builder, AgentActions(self.roster, agent, self.calls, self.start))
             self._branches[agent.path] = branch
         agent.status = "pending"
-        agent.task = asyncio.create_task(self._run(branch, task), name=f"subagent {agent.path}")
+        previous = agent.task  # an interrupted run may still be unwinding: the new one starts after it
+        agent.task = asyncio.create_task(self._run(branch, task, previous), name=f"subagent {agent.path}")
 
     def specs(self, agent: Agent) -> list[ToolSpec]:
         """The tools a subagent may call: the root's (the server's only, over HTTP) and the actions its depth allows."""
@@ -99,8 +107,11 @@ class Subagents:
             tools = [spec for spec in tools if spec.kind in SERVER_KINDS]
         return [*tools, *multi_agent.offered(agent.depth < self.roster.limits.depth)]
 
-    async def _run(self, branch: Branch, task: str) -> None:
+    async def _run(self, branch: Branch, task: str, previous: asyncio.Task[None] | None = None) -> None:
         agent = branch.agent
+        if previous is not None and not previous.done():
+            await asyncio.wait([previous])  # its writer and context are this run's: one run at a time
+            agent.status = "pending"
         try:
             async with self.roster.slots:
                 agent.status = "running"
@@ -136,7 +147,7 @@ class Subagents:
         waits = _Waits(branch.agent) if self.websocket else None
         generation = self._generation(branch, request)
         later = functools.partial(self._generation, branch)
-        async for _event in steps.run(branch.builder, generation, later, None, steered, waits, branch.actions):
+        async for _event in steps.run(branch.builder, generation, Drive(later, steered, None, waits, branch.actions)):
             pass
         branch.builder.close_open(
             "incomplete" if steps.outcome and steps.outcome.status == "incomplete" else "completed"

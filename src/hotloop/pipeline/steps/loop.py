@@ -51,6 +51,20 @@ def output_summary(findings: list[tuple[int, Finding]]) -> str:
 
 
 @dataclass(slots=True)
+class Drive:
+    """What an agent's steps are run with besides their first generation: how each next generation is made, the
+    transport's congestion (its deltas merged while true), the steer that stops them, and, in a multi-agent
+    response, how the agent waits for its client's outputs (`waits`: where another would end at the client's
+    calls) and the executor of its multi-agent calls (`actions`)."""
+
+    next_of: Callable[[GenerationRequest], Generation]
+    steered: asyncio.Event
+    congested: Callable[[], bool] | None = None
+    waits: StepWaits | None = None
+    actions: AgentExecutor | None = None
+
+
+@dataclass(slots=True)
 class Steps:
     """One response's in-server steps: its calls so far and where its prompt's rendering stands."""
 
@@ -114,30 +128,19 @@ class Steps:
             Searches(prepared.generation.deferred, service.tokenize_pool),
         )
 
-    async def run(
-        self,
-        builder: ResponseBuilder,
-        generation: Generation,
-        next_of: Callable[[GenerationRequest], Generation],
-        congested: Callable[[], bool] | None,
-        steered: asyncio.Event,
-        waits: StepWaits | None = None,
-        actions: AgentExecutor | None = None,
-    ) -> AsyncGenerator[Event, None]:
-        """Every event of the steps, `generation` first (after the approved calls); `outcome` once done. `waits`:
-        a multi-agent response waits for its client's outputs where another would end at the client's calls;
-        `actions`: it runs its agent's multi-agent calls."""
+    async def run(self, builder: ResponseBuilder, generation: Generation, drive: Drive) -> AsyncGenerator[Event, None]:
+        """Every event of the steps, `generation` first (after the approved calls); `outcome` once done."""
         self.usage, self.outcome = None, None
         if self.approved:
-            async for event in self._approved(builder, steered):
+            async for event in self._approved(builder, drive.steered):
                 yield event
-            step = await self._next(builder, generation.request, steered)
+            step = await self._next(builder, generation.request, drive.steered)
             if isinstance(step, Outcome):
                 self.outcome = step
             else:
-                generation = next_of(step)
+                generation = drive.next_of(step)
         if self.outcome is None:
-            async for event in self._loop(builder, generation, next_of, congested, steered, waits, actions):
+            async for event in self._loop(builder, generation, drive):
                 yield event
         self.timings.add("mcp_step", self.overhead_s)
         self.timings.add("mcp_call", self.mcp.seconds if self.mcp is not None else 0.0)
@@ -145,19 +148,13 @@ class Steps:
             builder.response.metadata[OUTPUT_SAFETY_KEY] = output_summary(self.calls.findings)
 
     async def _loop(
-        self,
-        builder: ResponseBuilder,
-        generation: Generation,
-        next_of: Callable[[GenerationRequest], Generation],
-        congested: Callable[[], bool] | None,
-        steered: asyncio.Event,
-        waits: StepWaits | None,
-        actions: AgentExecutor | None,
+        self, builder: ResponseBuilder, generation: Generation, drive: Drive
     ) -> AsyncGenerator[Event, None]:
         """Generate, run what the server runs, wait for the client's outputs (multi-agent), generate again; until
         `outcome` is set."""
+        steered, waits, actions = drive.steered, drive.waits, drive.actions
         while True:
-            async for event in generation.events(congested):
+            async for event in generation.events(drive.congested):
                 yield event
             result = generation.result()
             self.usage = result.usage.plus(self.usage) if result.usage is not None else self.usage
@@ -194,7 +191,7 @@ class Steps:
             if isinstance(step, Outcome):
                 self.outcome = step
                 return
-            generation = next_of(step)
+            generation = drive.next_of(step)
 
     async def _approved(self, builder: ResponseBuilder, steered: asyncio.Event) -> AsyncGenerator[Event]:
         """The calls this create's approvals answered, run before its first generation."""
