@@ -87,6 +87,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     models: list[str] = msgspec.field(default_factory=lambda: ["smollm2-135m", "hotloop-sim"])
     default_model: str = "smollm2-135m"
     max_body_bytes: int = 16 * MiB
+    files_max_bytes: int = 512 * MiB
     strict_params: bool = False
     sse_done: bool = True
     stream_flush_ms: float = 5.0
@@ -202,6 +203,8 @@ HELP: dict[str, str] = {
     "models": "Comma-separated models to serve: smollm2-135m, hotloop-sim, or a name defined in `upstreams`.",
     "default_model": "Model used when a request names none.",
     "max_body_bytes": "Largest HTTP body or WebSocket frame accepted (413 / close 1009 beyond).",
+    "files_max_bytes": "The largest file POST /v1/files takes (OpenAI: 512 MB); larger uploads get 413 and nothing is "
+    "stored.",
     "strict_params": "Reject unknown request fields with 400 unknown_parameter instead of ignoring them.",
     "sse_done": "End SSE streams with `data: [DONE]`.",
     "stream_flush_ms": "WebSocket and SSE: a delta event that follows the last written delta by less than this many "

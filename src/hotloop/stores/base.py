@@ -9,6 +9,7 @@ import msgspec
 
 from hotloop.metering.records import UsageRecord
 from hotloop.stores.conversations import ConversationStore
+from hotloop.stores.files import FileStore
 from hotloop.stores.pages import ItemPage, UsagePage
 from hotloop.stores.retention import Sweepable
 from hotloop.wire.items import ContextItem
@@ -22,7 +23,7 @@ class Chain(msgspec.Struct):
     context: list[ContextItem]
 
 
-class Store(Sweepable, ConversationStore, Protocol):
+class Store(Sweepable, ConversationStore, FileStore, Protocol):
     """Every method raises `StoreUnavailable` (503) when the store cannot be reached; a failed `save` leaves
     nothing readable (a response and its items are written in one atomic step)."""
 

@@ -23,9 +23,11 @@ from hotloop.metering.records import UsageRecord, UsageTotals
 from hotloop.stores import postgres_sql as sql
 from hotloop.stores.base import Chain
 from hotloop.stores.codec import chain_from_rows, decode_item, encode, encode_response, usage_record
+from hotloop.stores.files import sweep_expired_files
 from hotloop.stores.health import Health
 from hotloop.stores.pages import ItemPage, UsagePage
 from hotloop.stores.postgres_conversations import PostgresConversations
+from hotloop.stores.postgres_files import PostgresFiles
 from hotloop.stores.retention import (
     Background,
     DeletionHandler,
@@ -64,7 +66,7 @@ def split_schema(url: str) -> tuple[str, str]:
     return urlunsplit(parts._replace(query=rest)), schema
 
 
-class PostgresStore(PostgresConversations):
+class PostgresStore(PostgresConversations, PostgresFiles):
     def __init__(self, url: str, retention: Retention | None = None) -> None:
         self._dsn, self.schema = split_schema(url)
         self.retention = retention or Retention()
@@ -120,6 +122,7 @@ class PostgresStore(PostgresConversations):
     def start(self, on_deleted: DeletionHandler, on_gap: GapHandler) -> None:
         feed = retry_forever("postgresql", lambda subscribed: self._listen(on_deleted, subscribed), on_gap)
         self._background.start(self, self.retention, feed)
+        self._background.spawn(sweep_expired_files(self), "hotloop-file-expiry")
 
     async def _listen(self, on_deleted: DeletionHandler, subscribed: Callable[[], None]) -> None:
         await self._connected()  # the schema exists before anything is deleted

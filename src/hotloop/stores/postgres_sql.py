@@ -56,6 +56,22 @@ CREATE TABLE IF NOT EXISTS {s}.conversation_items (
     PRIMARY KEY (conversation_id, position)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS conversation_items_by_id ON {s}.conversation_items (conversation_id, item_id);
+CREATE TABLE IF NOT EXISTS {s}.files (
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    purpose TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT,
+    body BYTEA NOT NULL
+);
+CREATE INDEX IF NOT EXISTS files_by_owner ON {s}.files (owner, created_at, id);
+CREATE INDEX IF NOT EXISTS files_by_expiry ON {s}.files (expires_at) WHERE expires_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS {s}.file_chunks (
+    file_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    data BYTEA NOT NULL,
+    PRIMARY KEY (file_id, seq)
+);
 """
 
 # Saves of one id queue here, so each reads the size the previous one left (a row lock cannot cover a new id).
@@ -212,3 +228,27 @@ LOAD_CONVERSATION = """
 SELECT i.type, i.body FROM {s}.conversations c LEFT JOIN {s}.conversation_items i ON i.conversation_id = c.id
 WHERE c.id = $1 AND c.owner = $2 ORDER BY i.position
 """
+
+# -- the Files API (postgres_files.py) ---------------------------------------------------------------------------
+_LIVE_FILE = "(expires_at IS NULL OR expires_at > extract(epoch FROM now())::bigint)"
+INSERT_FILE_CHUNK = "INSERT INTO {s}.file_chunks VALUES ($1, $2, $3)"
+INSERT_FILE = "INSERT INTO {s}.files VALUES ($1, $2, $3, $4, $5, $6)"
+GET_FILE = "SELECT body FROM {s}.files WHERE id = $1 AND owner = $2 AND " + _LIVE_FILE
+FILE_CHUNK = "SELECT data FROM {s}.file_chunks WHERE file_id = $1 AND seq = $2"
+DELETE_FILE = """WITH gone AS (DELETE FROM {s}.files WHERE id = $1 AND owner = $2 RETURNING id),
+chunks AS (DELETE FROM {s}.file_chunks WHERE file_id IN (SELECT id FROM gone))
+SELECT 1 FROM gone"""
+# $1 owner, $2 purpose (NULL: any), $3 `after` (NULL: from the start; unknown: an empty page), $4 rows.
+_LIST_FILES = (
+    "SELECT body FROM {{s}}.files WHERE owner = $1 AND ($2::text IS NULL OR purpose = $2) AND "
+    + _LIVE_FILE
+    + " AND ($3::text IS NULL OR (created_at, id) {op} "
+    "(SELECT created_at, id FROM {{s}}.files WHERE id = $3 AND owner = $1)) "
+    "ORDER BY created_at {direction}, id {direction} LIMIT $4"
+)
+LIST_FILES_ASC = _LIST_FILES.format(op=">", direction="ASC")
+LIST_FILES_DESC = _LIST_FILES.format(op="<", direction="DESC")
+EXPIRE_FILES = """WITH gone AS (DELETE FROM {s}.files WHERE id IN
+    (SELECT id FROM {s}.files WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id),
+chunks AS (DELETE FROM {s}.file_chunks WHERE file_id IN (SELECT id FROM gone))
+SELECT id FROM gone"""

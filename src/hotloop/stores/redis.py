@@ -25,6 +25,7 @@ from hotloop.stores.codec import decode_blob, encode, encode_blob, encode_respon
 from hotloop.stores.health import Health
 from hotloop.stores.pages import ItemPage, UsagePage
 from hotloop.stores.redis_conversations import RedisConversations
+from hotloop.stores.redis_files import RedisFiles
 from hotloop.stores.retention import (
     Background,
     DeletionHandler,
@@ -56,7 +57,7 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class RedisStore(RedisConversations):
+class RedisStore(RedisConversations, RedisFiles):
     def __init__(self, url: str, retention: Retention | None = None) -> None:
         plain_url, self.prefix = split_prefix(url)
         self.retention = retention or Retention()

@@ -25,9 +25,11 @@ from hotloop.metering.records import UsageRecord, UsageTotals
 from hotloop.stores.base import Chain
 from hotloop.stores.codec import ItemRow, chain_from_rows, decode_item, encode, encode_response, usage_record
 from hotloop.stores.file_changes import FileChanges
+from hotloop.stores.files import sweep_expired_files
 from hotloop.stores.pages import ItemPage, UsagePage
 from hotloop.stores.retention import Background, DeletionHandler, GapHandler, Retention
 from hotloop.stores.sqlite_conversations import CONVERSATION_SCHEMA, SQLiteConversations
+from hotloop.stores.sqlite_files import FILE_SCHEMA, SQLiteFiles
 from hotloop.wire.items import ContextItem
 from hotloop.wire.response import Response, response_decoder
 
@@ -147,7 +149,7 @@ def _wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.02)
 
 
-class SQLiteStore(SQLiteConversations):
+class SQLiteStore(SQLiteConversations, SQLiteFiles):
     def __init__(self, path: Path, retention: Retention | None = None) -> None:
         self._path = path
         self._announcements = path.with_name(path.name + ANNOUNCE_SUFFIX)
@@ -160,6 +162,7 @@ class SQLiteStore(SQLiteConversations):
         writer.executescript(SCHEMA)
         writer.executescript(USAGE_SCHEMA)
         writer.executescript(CONVERSATION_SCHEMA)
+        writer.executescript(FILE_SCHEMA)
         if "size" not in {row[1] for row in writer.execute("PRAGMA table_info(responses)")}:
             writer.executescript(f"BEGIN IMMEDIATE; {MIGRATE_SIZE} COMMIT;")
         writer.execute("INSERT OR IGNORE INTO stats VALUES ('bytes', 0)")
@@ -248,6 +251,7 @@ class SQLiteStore(SQLiteConversations):
     def start(self, on_deleted: DeletionHandler, on_gap: GapHandler) -> None:
         # never calls on_gap: the deletions table is read by sequence number, so no deletion is missed
         self._background.start(self, self.retention, self._poll_deletions(on_deleted))
+        self._background.spawn(sweep_expired_files(self), "hotloop-file-expiry")
 
     async def _poll_deletions(self, on_deleted: DeletionHandler) -> None:
         def latest(conn: sqlite3.Connection) -> int:

@@ -22,6 +22,7 @@ from hotloop.transports.asgi import error_response
 from hotloop.transports.console import console_routes
 from hotloop.transports.conversations import conversation_routes
 from hotloop.transports.doors import Doors, DoorsMiddleware
+from hotloop.transports.files import file_routes
 from hotloop.transports.websocket import websocket_endpoint
 from hotloop.transports.ws_writer import RawSend
 
@@ -95,6 +96,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
         Route("/v1/responses/{response_id}/cancel", http.cancel_response, methods=["POST"]),
         Route("/v1/usage", http.list_usage, methods=["GET"]),
         *conversation_routes(),
+        *file_routes(),
         *console_routes(),
     ]
     return Starlette(

@@ -1,0 +1,61 @@
+"""The Files API's half of the PostgreSQL store (stores/files.py): a file's chunks and its row in one transaction
+(readable whole or not at all; PostgreSQL's other sessions go on meanwhile), reads one chunk per statement."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
+
+import asyncpg
+import msgspec
+
+from hotloop.stores.files import FilePage, read_chunk
+from hotloop.stores.health import Health
+from hotloop.wire.files import FileObject, file_decoder
+
+
+class PostgresFiles:
+    """`FileStore` for `PostgresStore`, which provides `_fetch`, `_connected`, `health` and `_sql`."""
+
+    if TYPE_CHECKING:
+        health: Health
+        _sql: dict[str, str]
+
+        async def _fetch(self, name: str, *args: Any) -> list[asyncpg.Record]: ...
+
+        async def _connected(self) -> asyncpg.Pool: ...
+
+    async def put_file(self, owner: str, file: FileObject, content: BinaryIO) -> None:
+        body = msgspec.json.encode(file)
+        async with self.health.guard():
+            pool = await self._connected()
+            async with pool.acquire() as conn, conn.transaction():
+                seq = 0
+                while chunk := await read_chunk(content):
+                    await conn.execute(self._sql["INSERT_FILE_CHUNK"], file.id, seq, chunk)
+                    seq += 1
+                await conn.execute(
+                    self._sql["INSERT_FILE"], file.id, owner, file.purpose, file.created_at, file.expires_at, body
+                )
+
+    async def get_file(self, owner: str, file_id: str) -> FileObject | None:
+        rows = await self._fetch("GET_FILE", file_id, owner)
+        return file_decoder.decode(rows[0][0]) if rows else None
+
+    async def list_files(
+        self, owner: str, *, after: str | None, limit: int, order: Literal["asc", "desc"], purpose: str | None
+    ) -> FilePage:
+        rows = await self._fetch(f"LIST_FILES_{order.upper()}", owner, purpose, after, limit + 1)
+        return FilePage([file_decoder.decode(row[0]) for row in rows[:limit]], len(rows) > limit)
+
+    async def file_content(self, owner: str, file: FileObject) -> AsyncIterator[bytes]:
+        seq = 0
+        while rows := await self._fetch("FILE_CHUNK", file.id, seq):
+            yield bytes(rows[0][0])
+            seq += 1
+
+    async def delete_file(self, owner: str, file_id: str) -> bool:
+        return bool(await self._fetch("DELETE_FILE", file_id, owner))
+
+    async def expire_files(self, now: int, limit: int) -> int:
+        return len(await self._fetch("EXPIRE_FILES", now, limit))
