@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import msgspec
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Message
@@ -45,23 +45,23 @@ async def create_file(request: Request) -> Response:
         form = await Request(request.scope, receive).form(max_files=1, max_fields=8)
     except HTTPException as exc:  # a form that does not parse
         raise InvalidParam(f"The multipart form could not be read: {exc.detail}", param="file") from None
+    except ClientDisconnect:  # the client went away mid-upload: nothing is stored, nothing to log as a fault
+        raise InvalidParam("The upload ended before its form did.", param="file") from None
     try:
         part = form.get("file")
-        upload = part if isinstance(part, UploadFile) else None
-        if upload is not None and (upload.size or 0) > limit:
-            raise RequestTooLarge(limit)
-        made = await files.create(
-            service,
-            session,
-            files.Upload(
-                filename=upload.filename if upload is not None else None,
-                content=upload.file if upload is not None else None,
-                size=upload.size or 0 if upload is not None else 0,
-                purpose=_text(form.get("purpose")),
-                expires_anchor=_text(form.get("expires_after[anchor]")),
-                expires_seconds=_text(form.get("expires_after[seconds]")),
-            ),
+        upload = files.Upload(
+            filename=None,
+            content=None,
+            size=0,
+            purpose=_text(form.get("purpose")),
+            expires_anchor=_text(form.get("expires_after[anchor]")),
+            expires_seconds=_text(form.get("expires_after[seconds]")),
         )
+        if isinstance(part, UploadFile):
+            upload.filename, upload.content, upload.size = part.filename, part.file, part.size or 0
+        if upload.size > limit:
+            raise RequestTooLarge(limit)
+        made = await files.create(service, session, upload)
     finally:
         await form.close()  # the spooled file goes
     return raw_json(_encode(made))

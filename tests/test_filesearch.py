@@ -1,0 +1,99 @@
+"""file_search's retrieval core (hotloop/filesearch/): extraction by kind, token-window chunking that keeps the
+text as it is, the embedded embeddings (no download), and hybrid retrieval that beats lexical-only and vector-only
+on the same corpus: Python's own reference topics with questions written for them (filesearch_questions.py)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from pydoc_data.topics import topics
+
+import numpy as np
+import pytest
+
+from filesearch_questions import QUESTIONS
+from hotloop.filesearch.chunk import Strategy, chunks
+from hotloop.filesearch.embed import default_embedder
+from hotloop.filesearch.extract import Unextractable, extract
+from hotloop.filesearch.hybrid import Hit, HybridIndex, fuse
+
+pytestmark = pytest.mark.fast
+
+
+def test_text_kinds_are_extracted_and_the_rest_refused_with_a_reason() -> None:
+    assert extract("notes.md", "# Title\n\nBody ✓".encode()) == "# Title\n\nBody ✓"
+    assert extract("main.py", b"\xef\xbb\xbfprint(1)\n") == "print(1)\n"  # the BOM goes
+    page = b"<html><head><style>p{}</style><script>var x</script></head><body><p>One</p><p>Two &amp; 3</p></body>"
+    assert extract("page.html", page) == "One\nTwo & 3"
+    assert extract("data.json", b'{"a": [1, 2]}') == '{"a": [1, 2]}'
+    for name, data, why in [
+        ("image.png", b"\x89PNG...", "'.png'"),
+        ("blob.txt", b"abc\x00def", "binary"),
+        ("latin.txt", "café".encode("latin-1"), "UTF-8"),
+        ("empty.md", b"  \n", "no text"),
+        ("bad.json", b'{"a": ', "JSON"),
+        ("bad.jsonl", b'{"a": 1}\n{oops}\n', "JSON"),
+    ]:
+        with pytest.raises(Unextractable, match=why):
+            extract(name, data)
+
+
+def test_chunks_are_token_windows_of_the_text_as_it_is() -> None:
+    embedder = default_embedder()
+    text = " ".join(f"word{n}" for n in range(3000))
+    strategy = Strategy(max_tokens=200, overlap=50)
+    cut = chunks(text, embedder, strategy)
+    assert all(chunk.tokens <= 200 for chunk in cut) and cut[0].tokens == 200
+    assert all(text[chunk.start : chunk.end] == chunk.text for chunk in cut)
+    assert [chunk.start for chunk in cut] == sorted(chunk.start for chunk in cut)
+    for before, after in itertools.pairwise(cut):
+        assert after.start < before.end  # they overlap
+    assert cut[-1].end == len(text)
+    assert chunks("", embedder) == []
+    for bad in ((50, 0), (5000, 0), (800, 500)):
+        with pytest.raises(ValueError):
+            Strategy(*bad)
+
+
+def test_the_embedded_model_loads_without_a_download_and_its_vectors_are_unit_length() -> None:
+    embedder = default_embedder()
+    vectors = embedder.embed(["the def statement defines a function", "how to define a function", "raise an error"])
+    assert vectors.shape == (3, embedder.dims) and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
+    assert vectors[0] @ vectors[1] > vectors[2] @ vectors[1]  # closer in meaning, closer in space
+
+
+def test_fusion_rewards_agreement() -> None:
+    lexical = [Hit(1, 9.0), Hit(2, 5.0), Hit(3, 1.0)]
+    vector = [Hit(3, 0.9), Hit(1, 0.8), Hit(4, 0.7)]
+    assert [hit.index for hit in fuse([lexical, vector], [1.0, 1.0])] == [1, 3, 2, 4]
+    assert [hit.index for hit in fuse([lexical, vector], [0.0, 1.0])][:1] == [3]
+
+
+@pytest.mark.parametrize(("size", "overlap"), [(800, 400), (400, 200), (1600, 400), (200, 100)])
+def test_hybrid_recall_beats_lexical_and_vector_alone(size: int, overlap: int) -> None:
+    """recall@5 (a question is answered when a top-5 chunk comes from one of its topics) over the reference topics
+    cut into windows of `size` tokens (800/400: `auto`); each row's figures are printed (`pytest -s -k recall`),
+    and docs/file-search.md has them."""
+    embedder = default_embedder()
+    texts, owners = [], []
+    started = time.perf_counter()
+    for key, text in sorted(topics.items()):
+        for chunk in chunks(text, embedder, Strategy(size, overlap)):
+            texts.append(chunk.text)
+            owners.append(key)
+    index = HybridIndex(texts, embedder.embed(texts), embedder)
+    seconds = time.perf_counter() - started
+    recall = {}
+    for ranker in ("lexical", "vector", "hybrid"):
+        answered = sum(
+            bool({owners[hit.index] for hit in index.search(question, 5, ranker)} & wanted)  # type: ignore[arg-type]
+            for question, wanted in QUESTIONS
+        )
+        recall[ranker] = round(answered / len(QUESTIONS), 3)
+    size_bytes = sum(len(text.encode()) for text in topics.values())
+    row = {"chunking": f"{size}/{overlap}", "chunks": len(texts), "bytes": size_bytes, "index_s": round(seconds, 2)}
+    print(json.dumps({**row, "recall@5": recall}))
+    assert recall["hybrid"] >= max(recall["lexical"], recall["vector"]), recall
+    assert recall["hybrid"] > 0.5, recall  # a corpus the questions were written for
