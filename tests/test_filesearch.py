@@ -4,6 +4,7 @@ on the same corpus: Python's own reference topics with questions written for the
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import time
@@ -11,12 +12,14 @@ from pydoc_data.topics import topics
 
 import numpy as np
 import pytest
+from pypdf import PdfWriter
 
 from filesearch_questions import QUESTIONS
 from hotloop.filesearch.chunk import Strategy, chunks
 from hotloop.filesearch.embed import default_embedder
 from hotloop.filesearch.extract import Unextractable, extract
 from hotloop.filesearch.hybrid import Hit, HybridIndex, fuse
+from pdf_support import make_pdf, text_pdf
 
 pytestmark = pytest.mark.fast
 
@@ -37,6 +40,28 @@ def test_text_kinds_are_extracted_and_the_rest_refused_with_a_reason() -> None:
     ]:
         with pytest.raises(Unextractable, match=why):
             extract(name, data)
+
+
+def test_a_pdfs_text_is_extracted_and_hostile_pdfs_are_refused_quickly() -> None:
+    assert extract("paper.pdf", text_pdf("Hybrid retrieval fuses ranks")) == "Hybrid retrieval fuses ranks"
+    # A decompression bomb: 200 KB that would inflate to 200 MB. pypdf stops at its limit; nothing grows.
+    bomb = make_pdf(b"BT /F1 12 Tf 72 720 Td (" + b"A" * 200_000_000 + b") Tj ET", deflate=True)
+    assert len(bomb) < 1_000_000
+    started = time.perf_counter()
+    with pytest.raises(Unextractable, match="could not be read"):
+        extract("bomb.pdf", bomb)
+    assert time.perf_counter() - started < 10
+    with pytest.raises(Unextractable, match="could not be read"):
+        extract("broken.pdf", b"%PDF-1.4\nnot really a pdf at all")
+    with pytest.raises(Unextractable, match="no text layer"):
+        extract("scan.pdf", make_pdf(b"0 0 612 792 re f"))
+    writer = PdfWriter()
+    writer.add_blank_page(612, 792)
+    writer.encrypt("secret")
+    locked = io.BytesIO()
+    writer.write(locked)
+    with pytest.raises(Unextractable, match="encrypted"):
+        extract("locked.pdf", locked.getvalue())
 
 
 def test_chunks_are_token_windows_of_the_text_as_it_is() -> None:

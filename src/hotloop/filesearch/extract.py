@@ -1,5 +1,9 @@
 """A file's text, by its kind: plain text, Markdown and source code as they are, HTML without its markup, JSON
-checked and kept; anything else is refused with the reason (the file's status says it: `failed`, `last_error`)."""
+checked and kept, PDF's text layer (pypdf); anything else is refused with the reason (the file's status says it:
+`failed`, `last_error`).
+
+A PDF is untrusted input: pypdf refuses a stream that inflates past its limits (a decompression bomb), and the
+pages and the text read from one file are bounded here."""
 
 from __future__ import annotations
 
@@ -66,6 +70,8 @@ TEXT_SUFFIXES = frozenset(
 )
 HTML_SUFFIXES = frozenset({".html", ".htm", ".xhtml"})
 JSON_SUFFIXES = frozenset({".json", ".jsonl"})
+PDF_MAX_PAGES = 5000
+PDF_MAX_CHARS = 20_000_000  # ~5M tokens of text from one PDF, at most
 
 
 class Unextractable(ValueError):
@@ -78,6 +84,8 @@ def extract(filename: str, data: bytes) -> str:
         return _html(_decoded(data))
     if suffix in JSON_SUFFIXES:
         return _json(_decoded(data), suffix)
+    if suffix == ".pdf":
+        return _pdf(data)
     if suffix in TEXT_SUFFIXES or suffix == "":
         return _decoded(data)
     raise Unextractable(f"Files of type '{suffix}' are not supported for search.")
@@ -142,4 +150,36 @@ def _html(text: str) -> str:
     body = "\n".join(line for line in lines if line)
     if not body:
         raise Unextractable("The page has no text.")
+    return body
+
+
+def _pdf(data: bytes) -> str:
+    import io
+
+    try:
+        from pypdf import PdfReader
+        from pypdf.errors import PyPdfError
+    except ImportError:  # the hotloop[filesearch] extra
+        raise Unextractable("PDF files need the pypdf package (pip install 'hotloop[filesearch]').") from None
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            raise Unextractable("The PDF is encrypted.")
+        if len(reader.pages) > PDF_MAX_PAGES:
+            raise Unextractable(f"The PDF has more than {PDF_MAX_PAGES} pages.")
+        parts: list[str] = []
+        size = 0
+        for page in reader.pages:
+            text = page.extract_text() or ""
+            size += len(text)
+            if size > PDF_MAX_CHARS:
+                raise Unextractable(f"The PDF holds more than {PDF_MAX_CHARS} characters of text.")
+            parts.append(text)
+    except (PyPdfError, ValueError, KeyError, TypeError, OSError) as exc:
+        if isinstance(exc, Unextractable):
+            raise
+        raise Unextractable(f"The PDF could not be read: {type(exc).__name__}.") from None
+    body = "\n\n".join(part for part in parts if part.strip())
+    if not body.strip():
+        raise Unextractable("The PDF has no text layer (a scan needs OCR, which hotloop does not run).")
     return body
