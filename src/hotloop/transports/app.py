@@ -95,6 +95,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
         Route("/v1/responses/{response_id}/input_items", http.list_input_items, methods=["GET"]),
         Route("/v1/responses/{response_id}/cancel", http.cancel_response, methods=["POST"]),
         Route("/v1/usage", http.list_usage, methods=["GET"]),
+        Route("/v1/embeddings", http.create_embeddings, methods=["POST"]),
         *conversation_routes(),
         *file_routes(),
         *console_routes(),

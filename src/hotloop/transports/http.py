@@ -24,6 +24,7 @@ from hotloop.errors import (
 from hotloop.models import Model
 from hotloop.pipeline import background
 from hotloop.pipeline.admission.entry import admit
+from hotloop.pipeline.objects import embeddings
 from hotloop.pipeline.objects import responses as stored
 from hotloop.pipeline.objects.compact import compact
 from hotloop.pipeline.prepared import MEASURE_OPTIONS, TurnOptions
@@ -262,6 +263,13 @@ async def metrics(request: Request) -> Response:
     if not service.settings.metrics:
         raise NotFound("Metrics are disabled on this server.", code="not_found")
     return Response(service.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+async def create_embeddings(request: Request) -> Response:
+    """POST /v1/embeddings (pipeline/objects/embeddings.py)."""
+    service, _ = http_session(request)
+    body = await read_body(request, service.settings.max_body_bytes)
+    return raw_json(msgspec.json.encode(await embeddings.create(service, body)))
 
 
 async def healthz(request: Request) -> Response:
