@@ -16,7 +16,7 @@ from pypdf import PdfWriter
 
 from filesearch_questions import QUESTIONS
 from hotloop.filesearch.chunk import Strategy, chunks
-from hotloop.filesearch.embed import default_embedder
+from hotloop.filesearch.embed import default_embedder, embed_file
 from hotloop.filesearch.extract import Unextractable, extract
 from hotloop.filesearch.hybrid import Hit, HybridIndex, fuse
 from pdf_support import make_pdf, text_pdf
@@ -87,6 +87,18 @@ def test_the_embedded_model_loads_without_a_download_and_its_vectors_are_unit_le
     assert vectors.shape == (3, embedder.dims) and vectors.dtype == np.float32
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
     assert vectors[0] @ vectors[1] > vectors[2] @ vectors[1]  # closer in meaning, closer in space
+
+
+def test_one_pass_vectors_are_the_per_chunk_vectors() -> None:
+    """`embed_file` reads a file's tokens once and takes each window's mean from running sums: the same vectors,
+    up to the tokens at a window's edge (a chunk tokenized alone may split its first word differently)."""
+    embedder = default_embedder()
+    for key in ("function", "formatstrings", "typesseq"):
+        cut, fast = embed_file(topics[key], embedder)
+        assert [chunk.text for chunk in cut] == [chunk.text for chunk in chunks(topics[key], embedder)]
+        slow = embedder.embed([chunk.text for chunk in cut])
+        assert fast.shape == slow.shape and float((fast * slow).sum(axis=1).min()) > 0.99
+    assert embed_file("", embedder)[1].shape[0] == 0
 
 
 def test_fusion_rewards_agreement() -> None:

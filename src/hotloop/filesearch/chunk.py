@@ -35,10 +35,15 @@ class Chunk:
     start: int  # character offsets in the file's text
     end: int
     tokens: int
+    first: int = 0  # token indexes in the file's tokens: [first, first + tokens)
 
 
 def chunks(text: str, tokenizer: Offsets, strategy: Strategy = Strategy()) -> list[Chunk]:
-    spans = tokenizer.offsets(text)
+    return windows(text, tokenizer.offsets(text), strategy)
+
+
+def windows(text: str, spans: list[tuple[int, int]], strategy: Strategy = Strategy()) -> list[Chunk]:
+    """The chunks of a text whose tokens' character spans are `spans`."""
     if not spans:
         return []
     step = strategy.max_tokens - strategy.overlap
@@ -46,7 +51,7 @@ def chunks(text: str, tokenizer: Offsets, strategy: Strategy = Strategy()) -> li
     for first in range(0, len(spans), step):
         window = spans[first : first + strategy.max_tokens]
         start, end = window[0][0], window[-1][1]
-        out.append(Chunk(text[start:end], start, end, len(window)))
+        out.append(Chunk(text[start:end], start, end, len(window), first))
         if first + strategy.max_tokens >= len(spans):
             break
     return out

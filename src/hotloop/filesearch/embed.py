@@ -13,6 +13,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from hotloop.filesearch.chunk import Chunk, Strategy, windows
+
 Vectors = npt.NDArray[np.float32]
 
 
@@ -26,6 +28,19 @@ class Embedder(Protocol):
 
     def offsets(self, text: str) -> list[tuple[int, int]]:
         """The (start, end) characters of each of the text's tokens, for chunking (chunk.py)."""
+        ...
+
+
+class WindowEmbedder(Embedder, Protocol):
+    """An embedder whose vector of a text is the average of its tokens' (a static model): the vectors of a file's
+    overlapping windows then come from one pass over the file's tokens (`embed_windows`), not one per window."""
+
+    def tokens(self, text: str) -> tuple[npt.NDArray[np.int32], list[tuple[int, int]]]:
+        """The text's token ids and each one's (start, end) characters."""
+        ...
+
+    def embed_windows(self, ids: npt.NDArray[np.int32], windows: list[tuple[int, int]]) -> Vectors:
+        """One L2-normalized row per window of token indexes [start, end)."""
         ...
 
 
@@ -53,11 +68,46 @@ class WordLlamaEmbedder:
         return vectors
 
     def offsets(self, text: str) -> list[tuple[int, int]]:
+        return self.tokens(text)[1]
+
+    def tokens(self, text: str) -> tuple[npt.NDArray[np.int32], list[tuple[int, int]]]:
         encoding = self._tokenizer.encode(text, add_special_tokens=False)
-        return [(start, end) for start, end in encoding.offsets if end > start]
+        offsets = encoding.offsets  # a new list at every access: read once
+        kept = [n for n, (start, end) in enumerate(offsets) if end > start]
+        ids = np.asarray(encoding.ids, dtype=np.int32)[kept]
+        return ids, [offsets[n] for n in kept]
+
+    def embed_windows(self, ids: npt.NDArray[np.int32], windows: list[tuple[int, int]]) -> Vectors:
+        """WordLlama's vector of a text is the mean of its tokens' rows, normalized: a window's is the difference of
+        two running sums of the file's rows, taken at the windows' edges. Each token is read once, however much the
+        windows overlap (`auto` chunking reads every token twice the other way), and no window is tokenized again."""
+        table: npt.NDArray[np.float32] = self._model.embedding
+        if not windows:
+            return np.zeros((0, table.shape[1]), dtype=np.float32)
+        ids = np.clip(ids, 0, table.shape[0] - 1)
+        edges = sorted({edge for window in windows for edge in window})
+        running = np.zeros(table.shape[1], dtype=np.float64)
+        sums: dict[int, npt.NDArray[np.float64]] = {}
+        previous = 0
+        for edge in edges:
+            if edge > previous:
+                running = running + table[ids[previous:edge]].sum(axis=0, dtype=np.float64)
+            sums[edge] = running
+            previous = edge
+        rows = np.stack([(sums[end] - sums[start]) / max(end - start, 1) for start, end in windows])
+        rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+        return rows.astype(np.float32)
 
 
 @cache
 def default_embedder() -> WordLlamaEmbedder:
     """The embedded model, loaded once per process (~0.5 s)."""
     return WordLlamaEmbedder()
+
+
+def embed_file(text: str, embedder: WindowEmbedder, strategy: Strategy | None = None) -> tuple[list[Chunk], Vectors]:
+    """A file's chunks and their vectors: one tokenization, one pass over its tokens."""
+    ids, spans = embedder.tokens(text)
+    cut = windows(text, spans, strategy or Strategy())
+    vectors = embedder.embed_windows(ids, [(chunk.first, chunk.first + chunk.tokens) for chunk in cut])
+    return cut, vectors
