@@ -30,12 +30,12 @@ from hotloop.pipeline.finish import finish, finish_cancelled, log_finished
 from hotloop.pipeline.generate import BLOCKED, Generation, Outcome
 from hotloop.pipeline.grammars import input_checks
 from hotloop.pipeline.inject import Inbox, multi_agent
-from hotloop.pipeline.mcp.calls import Calls
+from hotloop.pipeline.mcp.calls import OUTPUT_SAFETY_KEY, Calls
 from hotloop.pipeline.prepared import Prepared, TurnOptions
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Lane, Session
 from hotloop.pipeline.steering import Steer
-from hotloop.pipeline.steps.loop import OUTPUT_SAFETY_KEY, Drive, Steps, output_summary
+from hotloop.pipeline.steps.loop import Drive, Steps
 from hotloop.tools.multi_agent import ROOT
 from hotloop.tools.registry import build_call
 from hotloop.wire.builder import ResponseBuilder
@@ -175,6 +175,7 @@ class Turn:
                 raise
             async for event in self._rest_injected(outcome):
                 yield event
+            self._output_findings()
             if self.hub is not None and self.hub.blocked:  # as an inject the steps took would end it
                 outcome = msgspec.structs.replace(BLOCKED, usage=outcome.usage)
             for steer in self.late_steers():  # acknowledged in order, before the terminal event
@@ -314,8 +315,12 @@ class Turn:
             return
         async for event in hub.rest(self.builder, calls, outcome.status):
             yield event
-        if calls.findings:
-            self.builder.response.metadata[OUTPUT_SAFETY_KEY] = output_summary(calls.findings)
+
+    def _output_findings(self) -> None:
+        """What the safety stage found in the outputs the steps took in (MCP calls', injected, subagents'), said
+        once all are in: `hotloop_safety_output` in the metadata (docs/safety.md)."""
+        if self._calls is not None and self._calls.findings:
+            self.builder.response.metadata[OUTPUT_SAFETY_KEY] = self._calls.summary()
 
     def _step_generation(self, request: GenerationRequest) -> Generation:
         """A later step's generation, on its own clock: the turn's `ttft` is its first generation's."""

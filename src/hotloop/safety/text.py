@@ -35,9 +35,6 @@ def _parts_text(parts: Sequence[Any]) -> Iterator[str]:
             yield part.refusal
 
 
-_strings = leaf_strings  # the string leaves of an item of unknown shape (tools/mcp.py)
-
-
 def item_texts(item: ContextItem) -> Iterator[str]:
     """Every piece of free text an item carries: message text, call arguments and inputs, tool outputs.
 
@@ -66,7 +63,7 @@ def item_texts(item: ContextItem) -> Iterator[str]:
         for text in item.content or ():
             yield text.text
     elif isinstance(item, OtherItem):
-        yield from _strings(item.raw)
+        yield from leaf_strings(item.raw)
 
 
 def is_tool_output(item: ContextItem) -> bool:
@@ -101,6 +98,6 @@ def tool_output_texts(item: ContextItem) -> Iterator[str]:
         for part in item.output:
             yield part.text
     elif isinstance(item, AgentMessage):
-        yield from _strings(item.content)
+        yield from leaf_strings(item.content)
     elif isinstance(item, OtherItem) and is_tool_output(item):
-        yield from _strings({k: v for k, v in item.raw.items() if k in ("output", "error", "result")})
+        yield from leaf_strings({k: v for k, v in item.raw.items() if k in ("output", "error", "result")})

@@ -4,8 +4,6 @@ once it passes `files_max_bytes`."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import msgspec
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
@@ -17,6 +15,8 @@ from starlette.types import Message
 from hotloop.errors import InvalidParam, RequestTooLarge
 from hotloop.pipeline.objects import files
 from hotloop.transports.http import http_session, raw_json
+from hotloop.transports.paging import page_params
+from hotloop.wire.files import LIST_LIMIT_MAX
 
 _encode = msgspec.json.Encoder().encode
 # What a multipart form adds around the file's bytes (boundaries, headers, the other fields), allowed beyond the cap.
@@ -73,7 +73,13 @@ def _text(value: object) -> str | None:
 
 async def list_files(request: Request) -> Response:
     service, session = http_session(request)
-    return raw_json(_encode(await files.list_files(service, session, dict(request.query_params))))
+    query = request.query_params
+    # OpenAI's bounds for files: up to 10,000 a page, and that many by default.
+    after, limit, order = page_params(query, default_limit=LIST_LIMIT_MAX, max_limit=LIST_LIMIT_MAX)
+    listed = await files.list_files(
+        service, session, after=after, limit=limit, order=order, purpose=query.get("purpose")
+    )
+    return raw_json(_encode(listed))
 
 
 async def get_file(request: Request) -> Response:
@@ -86,15 +92,10 @@ async def file_content(request: Request) -> Response:
     file, chunks = await files.content(service, session, request.path_params["file_id"])
     quoted = file.filename.replace("\\", "_").replace('"', "_")
     return StreamingResponse(
-        _chunks(chunks),
+        chunks,
         media_type="application/octet-stream",
         headers={"content-length": str(file.bytes), "content-disposition": f'attachment; filename="{quoted}"'},
     )
-
-
-async def _chunks(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    async for chunk in chunks:
-        yield chunk
 
 
 async def delete_file(request: Request) -> Response:

@@ -1,4 +1,5 @@
-"""The list endpoints' shared query parameters: `after`, `limit` (1 to 100) and `order`."""
+"""The list endpoints' shared query parameters: `after`, `limit` (1 to 100 unless an endpoint says otherwise) and
+`order`."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ from hotloop.errors import InvalidParam
 
 
 def page_params(
-    query: QueryParams, default_order: Literal["asc", "desc"] = "desc"
+    query: QueryParams,
+    default_order: Literal["asc", "desc"] = "desc",
+    default_limit: int = 20,
+    max_limit: int = 100,
 ) -> tuple[str | None, int, Literal["asc", "desc"]]:
-    raw_limit = query.get("limit", "20")
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 100:
-        raise InvalidParam("limit must be an integer between 1 and 100.", param="limit")
+    raw_limit = query.get("limit", str(default_limit))
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= max_limit:
+        raise InvalidParam(f"limit must be an integer between 1 and {max_limit}.", param="limit")
     raw_order = query.get("order", default_order)
     if raw_order not in ("asc", "desc"):
         raise InvalidParam("order must be 'asc' or 'desc'.", param="order")

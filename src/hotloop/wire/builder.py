@@ -108,8 +108,8 @@ class ResponseBuilder(McpBuilder):
         agent: dict[str, str] | None = None,
         output: Output | None = None,
     ) -> None:
+        # The response lives in its stream (`output`'s, when given: a subagent's branch), written through it alone.
         self.out = output if output is not None else Output(response, stream_id)
-        self.response = response
         self._agent = agent  # a multi-agent response's: on each item it makes (protocol.md §1.12)
         self._ending = False  # `close()` has begun: the item it closes is the response's last
         self._typed = typed
@@ -123,6 +123,14 @@ class ResponseBuilder(McpBuilder):
         self._text: list[str] = []
         self._emit = self.out.emit
         self._init_mcp()
+
+    @property
+    def response(self) -> Response:
+        return self.out.response
+
+    @response.setter
+    def response(self, response: Response) -> None:
+        self.out.response = response  # a replay's terminal event carries the stored response (wire/replay.py)
 
     @property
     def stream_id(self) -> str | None:

@@ -25,6 +25,7 @@ from hotloop.observability.metrics import Metrics
 from hotloop.pipeline.mcp.recent import CallRecord, RecentCalls
 from hotloop.safety import SafetyStage
 from hotloop.safety.base import Finding
+from hotloop.safety.stage import SUMMARY_MAX
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
 from hotloop.wire.items import McpCall
@@ -36,6 +37,7 @@ NOT_RUN = CallError(
     type="mcp_protocol_error", code=REQUEST_CANCELLED, message="Not run: the response reached max_tool_calls."
 )
 STEERED = CallError(type="mcp_protocol_error", code=REQUEST_CANCELLED, message="Stopped: the response was steered.")
+OUTPUT_SAFETY_KEY = "hotloop_safety_output"  # the response's metadata: what the safety stage found in outputs
 WITHHELD = "The tool's output was withheld: this server's safety policy blocks what it found in it."
 
 
@@ -66,6 +68,10 @@ class Calls:
         self.pool = pool  # where the safety stage reads a long output, off the event loop
         self.findings: list[tuple[int, Finding]] = []  # (output index, finding) of the outputs read so far
         self.made = 0
+
+    def summary(self) -> str:
+        """The `hotloop_safety_output` value: `classifier:rule@i` per finding, `i` the output's index."""
+        return "; ".join(f"{f.classifier}:{f.rule}@{index}" for index, f in self.findings)[:SUMMARY_MAX]
 
     @property
     def exhausted(self) -> bool:

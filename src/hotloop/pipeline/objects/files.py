@@ -19,7 +19,6 @@ from hotloop.pipeline.state.session import Session
 from hotloop.wire.files import (
     EXPIRES_MAX_S,
     EXPIRES_MIN_S,
-    LIST_LIMIT_MAX,
     PURPOSES,
     FileDeleted,
     FileList,
@@ -109,19 +108,15 @@ async def delete(service: Service, session: Session, file_id: str) -> FileDelete
     return FileDeleted(id=file_id)
 
 
-def list_params(query: dict[str, str]) -> tuple[str | None, int, Literal["asc", "desc"], str | None]:
-    """`after`, `limit` (1 to 10,000, OpenAI's default the most), `order` (newest first by default), `purpose`."""
-    raw_limit = query.get("limit", str(LIST_LIMIT_MAX))
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= LIST_LIMIT_MAX:
-        raise InvalidParam(f"limit must be an integer between 1 and {LIST_LIMIT_MAX}.", param="limit")
-    order = query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise InvalidParam("order must be 'asc' or 'desc'.", param="order")
-    return query.get("after"), int(raw_limit), "asc" if order == "asc" else "desc", query.get("purpose")
-
-
-async def list_files(service: Service, session: Session, query: dict[str, str]) -> FileList:
-    after, limit, order, purpose = list_params(query)
+async def list_files(
+    service: Service,
+    session: Session,
+    *,
+    after: str | None,
+    limit: int,
+    order: Literal["asc", "desc"],
+    purpose: str | None,
+) -> FileList:
     page = await service.store.list_files(session.owner, after=after, limit=limit, order=order, purpose=purpose)
     files = page.files
     return FileList(

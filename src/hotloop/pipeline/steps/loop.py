@@ -31,8 +31,6 @@ from hotloop.pipeline.service import Service
 from hotloop.pipeline.steps.executor import AgentExecutor, Executor, McpStep, SearchStep
 from hotloop.pipeline.steps.searches import Searches
 from hotloop.pipeline.steps.waits import StepWaits
-from hotloop.safety.base import Finding
-from hotloop.safety.stage import SUMMARY_MAX
 from hotloop.tools import multi_agent
 from hotloop.tools.multi_agent import foreign
 from hotloop.tools.tool_search import SERVER_KIND
@@ -41,13 +39,6 @@ from hotloop.wire.events import Event
 from hotloop.wire.items import ContextItem, McpApprovalRequest, McpCall
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import Usage
-
-OUTPUT_SAFETY_KEY = "hotloop_safety_output"  # what the safety stage found in the MCP outputs (docs/safety.md)
-
-
-def output_summary(findings: list[tuple[int, Finding]]) -> str:
-    """The `hotloop_safety_output` value: `classifier:rule@i` per finding, `i` the call's index in the output."""
-    return "; ".join(f"{finding.classifier}:{finding.rule}@{index}" for index, finding in findings)[:SUMMARY_MAX]
 
 
 @dataclass(slots=True)
@@ -144,8 +135,6 @@ class Steps:
                 yield event
         self.timings.add("mcp_step", self.overhead_s)
         self.timings.add("mcp_call", self.mcp.seconds if self.mcp is not None else 0.0)
-        if self.calls.findings:
-            builder.response.metadata[OUTPUT_SAFETY_KEY] = output_summary(self.calls.findings)
 
     async def _loop(
         self, builder: ResponseBuilder, generation: Generation, drive: Drive
