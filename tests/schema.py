@@ -44,6 +44,10 @@ EXTENSION_EVENTS = frozenset(
         "response.compaction.compacting",
         "response.inject.created",
         "response.inject.failed",
+        # A file search the server runs (docs/file-search.md): OpenAI's events, which OR does not define.
+        "response.file_search_call.in_progress",
+        "response.file_search_call.searching",
+        "response.file_search_call.completed",
     }
 )
 # Output item types OR has no schema for (its `ItemField` is message, function call and output, reasoning,
@@ -67,18 +71,23 @@ EXTENSION_ITEMS = frozenset(
         "multi_agent_call",
         "multi_agent_call_output",
         "agent_message",
+        # A file search the server ran (docs/file-search.md): openai-python's ResponseFileSearchToolCall.
+        "file_search_call",
     }
 )
 # Tools OR has no schema for (its `tools` are function tools only), echoed as sent (protocol.md §1.4): left out of
 # what the schema checks, like the items.
 EXTENSION_TOOLS = frozenset(
-    {"mcp", "shell", "local_shell", "apply_patch", "computer", "computer_use_preview", "tool_search"}
+    {"mcp", "shell", "local_shell", "apply_patch", "computer", "computer_use_preview", "tool_search", "file_search"}
 )
 # `tool_choice` objects OR has no schema for: OpenAI's `{type: "mcp", server_label, name?}` (docs/mcp.md), echoed as
 # sent; the schema checks the response as if it were "required", what it asks of the model.
 EXTENSION_TOOL_CHOICES = frozenset(
-    {"mcp", "shell", "local_shell", "apply_patch", "computer", "computer_use_preview", "tool_search"}
+    {"mcp", "shell", "local_shell", "apply_patch", "computer", "computer_use_preview", "tool_search", "file_search"}
 )
+# Annotations OR has no schema for (its `Annotation` is `url_citation` only): a file search's `file_citation`
+# (openai-python's AnnotationFileCitation), left out of what the schema checks.
+EXTENSION_ANNOTATIONS = frozenset({"file_citation"})
 
 
 @cache
@@ -128,10 +137,25 @@ def _strip_json_schema(response: dict[str, Any]) -> dict[str, Any]:
     return response
 
 
+def _without_extension_annotations(part: Any) -> Any:
+    annotations = part.get("annotations") if isinstance(part, dict) else None
+    if not isinstance(annotations, list) or not any(a.get("type") in EXTENSION_ANNOTATIONS for a in annotations):
+        return part
+    return {**part, "annotations": [a for a in annotations if a.get("type") not in EXTENSION_ANNOTATIONS]}
+
+
+def _plain_item(item: dict[str, Any]) -> dict[str, Any]:
+    content = item.get("content")
+    if item.get("type") != "message" or not isinstance(content, list):
+        return item
+    return {**item, "content": [_without_extension_annotations(part) for part in content]}
+
+
 def _without_extension_items(response: dict[str, Any]) -> dict[str, Any]:
     output, tools = response.get("output"), response.get("tools")
-    if isinstance(output, list) and any(item.get("type") in EXTENSION_ITEMS for item in output):
-        response = {**response, "output": [item for item in output if item.get("type") not in EXTENSION_ITEMS]}
+    if isinstance(output, list):
+        kept = [_plain_item(item) for item in output if item.get("type") not in EXTENSION_ITEMS]
+        response = {**response, "output": kept}
     if isinstance(tools, list) and any(tool.get("type") in EXTENSION_TOOLS for tool in tools):
         response = {**response, "tools": [tool for tool in tools if tool.get("type") not in EXTENSION_TOOLS]}
     choice = response.get("tool_choice")
@@ -165,6 +189,13 @@ def check_event(event: dict[str, Any]) -> None:
         event = {**event, "response": _without_extension_items(_strip_json_schema(event["response"]))}
     if isinstance(event.get("item"), dict) and event["item"].get("type") in EXTENSION_ITEMS:
         event = {**event, "item": None}
+    elif isinstance(event.get("item"), dict):
+        event = {**event, "item": _plain_item(event["item"])}
+    if isinstance(event.get("part"), dict):
+        event = {**event, "part": _without_extension_annotations(event["part"])}
+    annotation = event.get("annotation")
+    if isinstance(annotation, dict) and annotation.get("type") in EXTENSION_ANNOTATIONS:
+        event = {**event, "annotation": None}
     _validator(schemas[kind]).validate(event)
 
 

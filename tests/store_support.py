@@ -8,16 +8,21 @@ PostgreSQL user is root, else postgres, whichever the server accepts).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import uuid
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 from redis.asyncio import Redis
+
+from hotloop.config import Settings
+from hotloop.stores.base import Store
+from hotloop.stores.url import open_store
 
 KINDS = ("sqlite", "redis", "postgresql")
 REDIS_URL = os.environ.get("HOTLOOP_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -91,3 +96,15 @@ async def drop_namespace(kind: str, ns: str) -> None:
             await conn.execute(f'DROP SCHEMA IF EXISTS "{ns}" CASCADE')
         finally:
             await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def opened_store(kind: str, tmp_path: Path) -> AsyncIterator[Store]:
+    """A store of `kind` in a namespace of its own, closed and dropped afterwards."""
+    ns = namespace()
+    opened = open_store(Settings(store_url=store_url(kind, ns, tmp_path), data_dir=str(tmp_path)))
+    try:
+        yield opened
+    finally:
+        await opened.close()
+        await drop_namespace(kind, ns)

@@ -61,8 +61,13 @@ def test_a_namespace_in_added_tools_is_called_in_its_namespace(client: openai.Op
 
 @pytest.mark.parametrize(
     "tools",
-    [[{"type": "function"}], [{"type": "file_search"}], [{"type": "function", "name": "f", "parameters": "x"}]],
-    ids=["no-name", "refused-type", "bad-parameters"],
+    [
+        [{"type": "function"}],
+        [{"type": "code_interpreter"}],
+        [{"type": "file_search", "vector_store_ids": ["vs_1"]}],
+        [{"type": "function", "name": "f", "parameters": "x"}],
+    ],
+    ids=["no-name", "refused-type", "server-run-file-search", "bad-parameters"],
 )
 def test_a_malformed_added_tool_is_refused(server: RunningServer, client: openai.OpenAI, tools: list[JSON]) -> None:
     before = stored_counts(server)

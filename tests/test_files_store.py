@@ -17,21 +17,15 @@ from hotloop.stores.base import Store
 from hotloop.stores.files import CHUNK_BYTES, FilesNotKept
 from hotloop.stores.url import open_store
 from hotloop.wire.files import FileObject
-from store_support import drop_namespace, namespace, store_url
+from store_support import drop_namespace, namespace, opened_store, store_url
 
 A, B = "owner-a", "owner-b"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    kind: str = request.param
-    ns = namespace()
-    opened = open_store(Settings(store_url=store_url(kind, ns, tmp_path), data_dir=str(tmp_path)))
-    try:
+    async with opened_store(request.param, tmp_path) as opened:
         yield opened
-    finally:
-        await opened.close()
-        await drop_namespace(kind, ns)
 
 
 def _file(file_id: str, size: int, *, created_at: int | None = None, expires_at: int | None = None) -> FileObject:

@@ -255,7 +255,7 @@ def test_web_search_dropped_and_hosted_tools_refused(server: RunningServer) -> N
     only_dropped = create(server, input="x", tools=[{"type": "web_search"}])
     assert only_dropped["tools"] == [] and calls(only_dropped) == [] and output_text(only_dropped)
     with server.http() as http:
-        for hosted in ({"type": "file_search", "vector_store_ids": ["vs_1"]}, {"type": "code_interpreter"}):
+        for hosted in ({"type": "programmatic_tool_calling"}, {"type": "code_interpreter"}):
             reply = http.post("/responses", json={"model": SIM, "input": "x", "tools": [chat_shape, hosted]})
             error_of(reply, 400, "unsupported_tool", "tools[1].type")
 
@@ -305,7 +305,6 @@ REQUIRED_NOT_RUN = [
     ({"type": "web_search"}, "tool_choice.type", "web_search"),
     ({"type": "web_search_preview"}, "tool_choice.type", "web_search_preview"),
     ({"type": "code_interpreter"}, "tool_choice.type", "code_interpreter"),
-    ({"type": "file_search"}, "tool_choice.type", "file_search"),
     (
         {"type": "allowed_tools", "mode": "required", "tools": [{"type": "image_generation"}]},
         "tool_choice.tools[0].type",

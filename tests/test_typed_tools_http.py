@@ -288,7 +288,7 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
     ),
     ({"input": [{**SHELL_OUTPUT, "output": "not a list"}]}, "", "input[0]"),
     (
-        {"input": "x", "tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}]},
+        {"input": "x", "tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]},
         "unsupported_tool",
         "tools[0].type",
     ),

@@ -212,9 +212,7 @@ def test_as_calls_lowers_typed_items_in_a_context() -> None:
 # -- resolve_tools: declared, refused, dropped --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "kind", ["file_search", "code_interpreter", "image_generation", "programmatic_tool_calling", "teleport"]
-)
+@pytest.mark.parametrize("kind", ["code_interpreter", "image_generation", "programmatic_tool_calling", "teleport"])
 def test_tools_hotloop_does_not_run_are_refused(kind: str) -> None:
     """Refused by name unless `drop_tool_types` lists them (image_generation is by default: Cline always sends it)."""
     tools = [{"type": "function", "name": "f"}, {"type": kind}]

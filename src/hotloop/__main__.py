@@ -2,4 +2,6 @@ import sys
 
 from hotloop.cli import main
 
-sys.exit(main())
+# Guarded: file_search's ingestion workers are spawned processes, which import the parent's main module.
+if __name__ == "__main__":
+    sys.exit(main())

@@ -88,6 +88,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     default_model: str = "smollm2-135m"
     max_body_bytes: int = 16 * MiB
     files_max_bytes: int = 512 * MiB
+    file_search_workers: int = 1
     strict_params: bool = False
     sse_done: bool = True
     stream_flush_ms: float = 5.0
@@ -205,6 +206,8 @@ HELP: dict[str, str] = {
     "max_body_bytes": "Largest HTTP body or WebSocket frame accepted (413 / close 1009 beyond).",
     "files_max_bytes": "The largest file POST /v1/files takes (OpenAI: 512 MB); larger uploads get 413 and nothing is "
     "stored.",
+    "file_search_workers": "Processes that ingest vector stores' files (extract, chunk, embed), one file at a time "
+    "each, at a lower priority than the server; 0: none on this replica (another one ingests).",
     "strict_params": "Reject unknown request fields with 400 unknown_parameter instead of ignoring them.",
     "sse_done": "End SSE streams with `data: [DONE]`.",
     "stream_flush_ms": "WebSocket and SSE: a delta event that follows the last written delta by less than this many "

@@ -136,7 +136,8 @@ def build_registry(settings: Settings) -> ModelRegistry:
         window = settings.sim_context_window
         # hotloop-sim draws every custom input from its tool's grammar.
         everything = frozenset({"lark", "regex"})
-        models[SIM] = Model(SIM, SimBackend(sim), chat, context_window=window, reasoning=thinker, grammars=everything)
+        simulated = SimBackend(sim, decode=chat.tokenizer.decode)  # it reads its prompt's last messages (file_search)
+        models[SIM] = Model(SIM, simulated, chat, context_window=window, reasoning=thinker, grammars=everything)
     if SMOLLM2 in settings.models:
         from hotloop.backends.local.llama import LlamaBackend
 

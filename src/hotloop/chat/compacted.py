@@ -31,6 +31,7 @@ from hotloop.wire.items import (
     OtherItem,
     TypedContextItem,
 )
+from hotloop.wire.tool_items import FileSearchCall
 
 MARK = "\x1ehotloop-context\x1e"  # a control character no summary keeps (`carried` strips it from the text)
 SUMMARY_HEADER = "[earlier conversation, compacted]"
@@ -40,7 +41,7 @@ SUMMARY_HEADER = "[earlier conversation, compacted]"
 Kept = TypedContextItem
 
 
-_CALLS: tuple[type[Any], ...] = (*CALL_TYPES, McpApprovalRequest, MultiAgentCall)
+_CALLS: tuple[type[Any], ...] = (*CALL_TYPES, McpApprovalRequest, MultiAgentCall, FileSearchCall)
 
 
 class Carried(msgspec.Struct, frozen=True):

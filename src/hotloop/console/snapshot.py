@@ -37,6 +37,7 @@ def snapshot(service: Service) -> dict[str, Any]:
         "connections": _connections(service),
         "ledger": _ledger(service),
         "mcp": _mcp(service, readings),
+        "file_search": _file_search(service, readings),
         "history": _history(service),
     }
 
@@ -90,6 +91,7 @@ def _gauges(readings: Samples) -> dict[str, float]:
     # The MCP call time is the `mcp_call` stage already; its own histogram's buckets would only crowd this panel.
     shown_elsewhere = (
         *("hotloop_stage_seconds", "hotloop_responses", "hotloop_cache_lookups", "hotloop_mcp_"),
+        *("hotloop_file_search_seconds", "hotloop_files_"),  # the file search panel's
         "hotloop_turn_overhead_seconds",  # the time series' API time per turn
     )
     gauges: dict[str, float] = {}
@@ -156,6 +158,41 @@ def _mcp(service: Service, readings: Samples) -> dict[str, Any]:
         "calls": calls,
         "calls_by_outcome": _by_outcome(readings, "hotloop_mcp_calls_total"),
         "lists_by_outcome": _by_outcome(readings, "hotloop_mcp_lists_total"),
+    }
+
+
+def _file_search(service: Service, readings: Samples) -> dict[str, Any]:
+    """This server's latest ingestions and searches, newest first (ids, sizes and times only: a file's name and text
+    may be a user's data), the searches' p50 and p99, and the files ingested by outcome (every worker's)."""
+    found = service.file_search
+    now = time.time()
+    latencies = sorted(found.latencies)
+    ingestions = [
+        {
+            **{field: getattr(record, field) for field in record.__slots__},
+            "owner": owner_label(record.owner),
+            "seconds": round(record.seconds if record.seconds is not None else now - record.started_at, 4),
+        }
+        for record in reversed(found.ingestions)
+    ]
+    searches = [
+        {
+            "at": record.at,
+            "owner": owner_label(record.owner),
+            "vector_store_ids": list(record.vector_store_ids),
+            "queries": record.queries,
+            "results": record.results,
+            "seconds": round(record.seconds, 5),
+        }
+        for record in reversed(found.searches)
+    ]
+    return {
+        "ingesting": sum(readings.get("hotloop_files_ingesting", {}).values()),
+        "files_by_outcome": _by_outcome(readings, "hotloop_files_ingested_total"),
+        "search_p50_s": latencies[len(latencies) // 2] if latencies else None,
+        "search_p99_s": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else None,
+        "ingestions": ingestions,
+        "searches": searches,
     }
 
 

@@ -247,6 +247,28 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.file_search_seconds = Histogram(
+            "hotloop_file_search_seconds",
+            "Searches of vector stores (POST /v1/vector_stores/{id}/search and file_search calls), end to end.",
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.files_ingested = Counter(
+            "hotloop_files_ingested",
+            "Vector store files this server ingested, by outcome: completed, failed, or lost (cancelled, removed or "
+            "taken over meanwhile).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.bytes_ingested = Counter(
+            "hotloop_file_bytes_ingested", "Bytes of the files ingested into vector stores.", registry=self.registry
+        )
+        self.files_ingesting = Gauge(
+            "hotloop_files_ingesting",
+            "Vector store files being ingested now.",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
         self.safety = Counter(
             "hotloop_safety_verdicts",
             "Safety verdicts by classifier and verdict.",

@@ -49,6 +49,8 @@ _ID_PREFIX = {
     "tool_search_call": "ts",
     "tool_search_output": "tso",
     "additional_tools": "adt",
+    # A search the server ran (tools/file_search.py); openai-python types its `id` as required.
+    "file_search_call": "fs",
 }
 
 _PREFIX_OF: dict[type[Any], str] = {KNOWN_ITEM_TYPES[kind]: prefix for kind, prefix in _ID_PREFIX.items()}

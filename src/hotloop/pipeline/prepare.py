@@ -84,8 +84,10 @@ async def start_turn(
         added(fresh, "input")
         approved = approved_calls(prior.context, fresh)
     steps: StepPlan | None = None
-    # A multi-agent response runs its actions (and on WebSocket waits for injected outputs) between generations.
-    if (_searches(tools) or multi_agent(request)) and not (tools.mcp or approved):  # the server runs steps
+    # A multi-agent response runs its actions (and on WebSocket waits for injected outputs) between generations;
+    # a file_search tool, the model's searches of its vector stores (pipeline/steps/file_searches.py).
+    server_runs = _searches(tools) or multi_agent(request) or tools.file_search is not None
+    if server_runs and not (tools.mcp or approved):  # the server runs steps
         steps = StepPlan({}, [], [], _context(inputs) if model.style.tokens else ())
     if tools.mcp or approved:
         context = _context(inputs)
@@ -203,9 +205,15 @@ def added(items: Iterable[ContextItem], param: str | None = None) -> list[ToolSp
     for item in items:
         if isinstance(item, AdditionalTools):
             try:
-                specs.extend(resolve_tools(item.tools, drop=()).specs)
+                resolved = resolve_tools(item.tools, drop=())
             except InvalidParam as exc:
                 raise InvalidParam(f"additional_tools: {exc.message}", param=param or "input") from None
+            if resolved.file_search is not None:  # its stores are the request's: declared in `tools`
+                raise InvalidParam(
+                    "additional_tools: a file_search tool is declared in the request's tools, not added by an item.",
+                    param=param or "input",
+                )
+            specs.extend(resolved.specs)
     return specs
 
 

@@ -21,6 +21,7 @@ from hotloop.observability.history import FAMILIES as HISTORY_FAMILIES
 from hotloop.observability.history import History
 from hotloop.observability.metrics import CacheSize, Metrics
 from hotloop.observability.tracing import Tracing
+from hotloop.pipeline.filesearch.runtime import FileSearch
 from hotloop.pipeline.mcp.declare import allowed, same_server
 from hotloop.pipeline.mcp.recent import RecentCalls
 from hotloop.pipeline.resend import ResendCache
@@ -109,6 +110,8 @@ class Service:
             {"secrets": settings.safety_secrets, "injection": settings.safety_injection}
         )
         self.metrics = Metrics()
+        # Vector stores' ingestion and search (pipeline/filesearch/, docs/file-search.md).
+        self.file_search = FileSearch(store, settings.file_search_workers, self.metrics)
         # OpenTelemetry traces (docs/tracing.md): None while off, so a turn only checks for None.
         self.tracing = Tracing.configured(
             settings.otel_endpoint, settings.otel_protocol, settings.otel_traces, settings.otel_content
@@ -190,6 +193,7 @@ class Service:
         # A response deleted or expired on any replica leaves this one's caches; after a gap in the feed, every
         # cached chain that might have been deleted does.
         self.store.start(self.forget, self.forget_reloadable)
+        self.file_search.start()
         loop = asyncio.get_running_loop()
         if self.metrics.mirror is not None:
             self._metrics_sync = loop.create_task(self._sync_metrics(), name="hotloop-metrics")
@@ -227,6 +231,7 @@ class Service:
             task.cancel()
         if self.background:
             await asyncio.gather(*self.background.values(), return_exceptions=True)
+        await self.file_search.stop()
         await self.models.close()
         await self.mcp.close()
         # Every response has ended (background ones just recorded their cancellation): write the ledger out

@@ -10,8 +10,9 @@ import msgspec
 from hotloop.chat.specs import ToolSpec
 from hotloop.config import DEFAULT_DROPPED_TOOL_TYPES
 from hotloop.errors import InvalidParam
+from hotloop.filesearch.filters import compile_filter
 from hotloop.pipeline.mcp.declare import Declared, declare
-from hotloop.tools import multi_agent
+from hotloop.tools import file_search, multi_agent
 from hotloop.tools.function import declare_custom, declare_function, declare_namespace
 from hotloop.tools.grammar import Grammar
 from hotloop.tools.registry import BY_TYPE, HOSTED_TYPES, SEARCH_KINDS
@@ -36,6 +37,7 @@ class ToolSet(msgspec.Struct, frozen=True):
     # Tools marked `defer_loading`: never rendered, callable once a `tool_search_output` loaded them (§1.11).
     deferred: tuple[ToolSpec, ...] = ()
     grammars: tuple[tuple[str, Grammar], ...] = ()  # custom tools' grammars by `tools[i].format.definition`
+    file_search: file_search.Declared | None = None  # the server runs its searches (pipeline/steps/file_searches.py)
 
     def find(self, name: str, namespace: str | None = None) -> ToolSpec | None:
         """The tool named `name` in `namespace`, or by the name the model sees (`namespace.name`)."""
@@ -72,6 +74,7 @@ def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFA
     dropped: list[str] = []
     deferred: list[ToolSpec] = []
     grammars: list[tuple[str, Grammar]] = []
+    searches: file_search.Declared | None = None
     drop = frozenset(drop)
     for index, raw in enumerate(tools or ()):
         param = f"tools[{index}]"
@@ -96,6 +99,14 @@ def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFA
                 (deferred if member_later else specs).append(spec)
                 grammars += _grammar_of(spec, where)
             others.append(raw)
+        elif kind == file_search.TYPE:
+            if searches is not None:
+                raise InvalidParam("Only one file_search tool per request.", param=f"{param}.type")
+            spec, searches = file_search.declare(raw, param)
+            if searches.filters is not None:
+                compile_filter(searches.filters, param=f"{param}.filters")  # 400 naming the part that is wrong
+            specs.append(spec)
+            others.append(raw)
         elif kind == "mcp":
             echo, declared = declare(raw, index)
             if any(server.label == declared.label for server in servers):
@@ -114,6 +125,7 @@ def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFA
         mcp=tuple(servers),
         dropped=tuple(dropped),
         deferred=tuple(deferred),
+        file_search=searches,
     )
     if (deferred or any(server.deferred for server in servers)) and found.search is None:
         raise InvalidParam(
@@ -180,6 +192,13 @@ def resolve_tool_choice(choice: str | dict[str, Any] | None, tools: ToolSet) -> 
         if spec is None:
             raise InvalidParam(f"tool_choice '{kind}' needs a '{kind}' tool in tools.", param="tool_choice.type")
         return ToolChoice(choice, tools, "required", spec.prompt_name)
+    if kind == file_search.TYPE:  # `{"type": "file_search"}`: the model searches first (openai's ToolChoiceTypes)
+        spec = next((spec for spec in tools.specs if spec.kind == file_search.KIND), None)
+        if spec is None:
+            raise InvalidParam(
+                "tool_choice 'file_search' needs a 'file_search' tool in tools.", param="tool_choice.type"
+            )
+        return ToolChoice(choice, tools, "required", spec.prompt_name)
     if kind == "mcp":  # one MCP server's tools, or one of them (ToolChoiceMcp)
         label, name = choice.get("server_label"), choice.get("name")
         offered = [spec for spec in tools.specs if spec.kind == "mcp" and spec.namespace == label]
@@ -229,6 +248,8 @@ def _names(entry: object, spec: ToolSpec) -> bool:
     kind = entry.get("type")
     if kind in BY_TYPE:
         return _same_kind(BY_TYPE[kind].kind, spec.kind)
+    if kind == file_search.TYPE:
+        return spec.kind == file_search.KIND
     if kind == "mcp":
         return (
             spec.kind == "mcp"

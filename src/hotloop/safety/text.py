@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from hotloop.tools import mcp
+from hotloop.tools import file_search, mcp
 from hotloop.tools.mcp import McpItem, leaf_strings
 from hotloop.tools.registry import BY_ITEM
 from hotloop.wire.agent_items import AgentMessage, MultiAgentCall, MultiAgentCallOutput
@@ -24,7 +24,7 @@ from hotloop.wire.items import (
     Reasoning,
     Refusal,
 )
-from hotloop.wire.tool_items import TypedOutputItem
+from hotloop.wire.tool_items import FileSearchCall, TypedOutputItem
 
 
 def _parts_text(parts: Sequence[Any]) -> Iterator[str]:
@@ -51,6 +51,8 @@ def item_texts(item: ContextItem) -> Iterator[str]:
         yield item.input
     elif isinstance(item, McpItem):
         yield from mcp.texts(item)
+    elif isinstance(item, FileSearchCall):
+        yield from file_search.texts(item)
     elif isinstance(item, FunctionCallOutput | CustomToolCallOutput):
         yield from tool_output_texts(item)
     elif isinstance(item, MultiAgentCall):
@@ -76,6 +78,8 @@ def is_tool_output(item: ContextItem) -> bool:
     # An MCP server's answer, and the descriptions it gave its tools (the model reads them in its system message).
     if isinstance(item, McpCall | McpListTools):
         return True
+    if isinstance(item, FileSearchCall):  # the files' text a search found
+        return True
     if isinstance(item, OtherItem):
         kind = item.raw.get("type")
         # `mcp_call`: one stored before MCP items had a type of their own, kept raw (stores/codec.py).
@@ -94,6 +98,8 @@ def tool_output_texts(item: ContextItem) -> Iterator[str]:
             yield from _parts_text(item.output)
     elif isinstance(item, McpItem):
         yield from mcp.output_texts(item)
+    elif isinstance(item, FileSearchCall):
+        yield from file_search.result_texts(item)
     elif isinstance(item, MultiAgentCallOutput):
         for part in item.output:
             yield part.text

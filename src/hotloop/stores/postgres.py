@@ -21,6 +21,7 @@ import asyncpg
 
 from hotloop.metering.records import UsageRecord, UsageTotals
 from hotloop.stores import postgres_sql as sql
+from hotloop.stores import postgres_vector_sql as vector_sql
 from hotloop.stores.base import Chain
 from hotloop.stores.codec import chain_from_rows, decode_item, encode, encode_response, usage_record
 from hotloop.stores.files import sweep_expired_files
@@ -28,6 +29,7 @@ from hotloop.stores.health import Health
 from hotloop.stores.pages import ItemPage, UsagePage
 from hotloop.stores.postgres_conversations import PostgresConversations
 from hotloop.stores.postgres_files import PostgresFiles
+from hotloop.stores.postgres_vector_stores import PostgresVectorStores
 from hotloop.stores.retention import (
     Background,
     DeletionHandler,
@@ -66,12 +68,15 @@ def split_schema(url: str) -> tuple[str, str]:
     return urlunsplit(parts._replace(query=rest)), schema
 
 
-class PostgresStore(PostgresConversations, PostgresFiles):
+class PostgresStore(PostgresConversations, PostgresFiles, PostgresVectorStores):
     def __init__(self, url: str, retention: Retention | None = None) -> None:
         self._dsn, self.schema = split_schema(url)
         self.retention = retention or Retention()
         self._sql = {
-            name: text.replace("{s}", f'"{self.schema}"') for name, text in vars(sql).items() if name.isupper()
+            name: text.replace("{s}", f'"{self.schema}"')
+            for module in (sql, vector_sql)
+            for name, text in vars(module).items()
+            if name.isupper()
         }
         self._channel = f"hotloop_deleted_{self.schema}"
         self._pool: asyncpg.Pool | None = None
@@ -96,6 +101,7 @@ class PostgresStore(PostgresConversations, PostgresFiles):
                     async with pool.acquire() as conn, conn.transaction():
                         await conn.execute(self._sql["SCHEMA_LOCK"], self.schema)  # replicas starting together
                         await conn.execute(self._sql["SCHEMA"])
+                        await conn.execute(self._sql["VECTOR_SCHEMA"])
                 except BaseException:
                     await pool.close()
                     raise

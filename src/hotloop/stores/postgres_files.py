@@ -25,6 +25,8 @@ class PostgresFiles:
 
         async def _connected(self) -> asyncpg.Pool: ...
 
+        async def remove_file_everywhere(self, conn: Any, file_id: str) -> None: ...
+
     async def put_file(self, owner: str, file: FileObject, content: BinaryIO) -> None:
         body = msgspec.json.encode(file)
         async with self.health.guard():
@@ -55,7 +57,20 @@ class PostgresFiles:
             seq += 1
 
     async def delete_file(self, owner: str, file_id: str) -> bool:
-        return bool(await self._fetch("DELETE_FILE", file_id, owner))
+        """With its place in every vector store (postgres_vector_stores.py), in the same transaction."""
+        async with self.health.guard():
+            pool = await self._connected()
+            async with pool.acquire() as conn, conn.transaction():
+                if not await conn.fetch(self._sql["DELETE_FILE"], file_id, owner):
+                    return False
+                await self.remove_file_everywhere(conn, file_id)
+                return True
 
     async def expire_files(self, now: int, limit: int) -> int:
-        return len(await self._fetch("EXPIRE_FILES", now, limit))
+        async with self.health.guard():
+            pool = await self._connected()
+            async with pool.acquire() as conn, conn.transaction():
+                gone = await conn.fetch(self._sql["EXPIRE_FILES"], now, limit)
+                for row in gone:
+                    await self.remove_file_everywhere(conn, row[0])
+                return len(gone)

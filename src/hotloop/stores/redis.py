@@ -26,6 +26,7 @@ from hotloop.stores.health import Health
 from hotloop.stores.pages import ItemPage, UsagePage
 from hotloop.stores.redis_conversations import RedisConversations
 from hotloop.stores.redis_files import RedisFiles
+from hotloop.stores.redis_vector_stores import RedisVectorStores
 from hotloop.stores.retention import (
     Background,
     DeletionHandler,
@@ -57,7 +58,7 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class RedisStore(RedisConversations, RedisFiles):
+class RedisStore(RedisConversations, RedisFiles, RedisVectorStores):
     def __init__(self, url: str, retention: Retention | None = None) -> None:
         plain_url, self.prefix = split_prefix(url)
         self.retention = retention or Retention()

@@ -30,6 +30,7 @@ from hotloop.stores.pages import ItemPage, UsagePage
 from hotloop.stores.retention import Background, DeletionHandler, GapHandler, Retention
 from hotloop.stores.sqlite_conversations import CONVERSATION_SCHEMA, SQLiteConversations
 from hotloop.stores.sqlite_files import FILE_SCHEMA, SQLiteFiles
+from hotloop.stores.sqlite_vector_stores import VECTOR_STORE_SCHEMA, SQLiteVectorStores
 from hotloop.wire.items import ContextItem
 from hotloop.wire.response import Response, response_decoder
 
@@ -149,7 +150,7 @@ def _wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.02)
 
 
-class SQLiteStore(SQLiteConversations, SQLiteFiles):
+class SQLiteStore(SQLiteConversations, SQLiteFiles, SQLiteVectorStores):
     def __init__(self, path: Path, retention: Retention | None = None) -> None:
         self._path = path
         self._announcements = path.with_name(path.name + ANNOUNCE_SUFFIX)
@@ -163,6 +164,7 @@ class SQLiteStore(SQLiteConversations, SQLiteFiles):
         writer.executescript(USAGE_SCHEMA)
         writer.executescript(CONVERSATION_SCHEMA)
         writer.executescript(FILE_SCHEMA)
+        writer.executescript(VECTOR_STORE_SCHEMA)
         if "size" not in {row[1] for row in writer.execute("PRAGMA table_info(responses)")}:
             writer.executescript(f"BEGIN IMMEDIATE; {MIGRATE_SIZE} COMMIT;")
         writer.execute("INSERT OR IGNORE INTO stats VALUES ('bytes', 0)")

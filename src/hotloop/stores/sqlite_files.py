@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, BinaryIO, Literal, TypeVar
 import msgspec
 
 from hotloop.stores.files import FilePage, read_chunk
+from hotloop.stores.sqlite_vector_stores import remove_file_everywhere
 from hotloop.wire.files import FileObject, file_decoder
 
 T = TypeVar("T")
@@ -111,6 +112,7 @@ class SQLiteFiles:
             if deleted.fetchone() is None:
                 return False
             conn.execute("DELETE FROM file_chunks WHERE file_id = ?", (file_id,))
+            remove_file_everywhere(conn, file_id)
             return True
 
         return await self._write(work)
@@ -122,6 +124,8 @@ class SQLiteFiles:
                 (now, limit),
             ).fetchall()
             conn.executemany("DELETE FROM file_chunks WHERE file_id = ?", rows)
+            for (file_id,) in rows:
+                remove_file_everywhere(conn, file_id)
             return len(rows)
 
         return await self._write(work)

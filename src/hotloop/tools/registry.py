@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from hotloop.tools import multi_agent
+from hotloop.tools import file_search, multi_agent
 from hotloop.tools.apply_patch import APPLY_PATCH
 from hotloop.tools.client import ClientTool
 from hotloop.tools.computer import COMPUTER
@@ -23,7 +23,7 @@ from hotloop.wire.items import (
     FunctionCall,
     FunctionCallOutput,
 )
-from hotloop.wire.tool_items import TypedCallItem
+from hotloop.wire.tool_items import FileSearchCall, TypedCallItem
 
 CLIENT_TOOLS: tuple[ClientTool, ...] = (SHELL, LOCAL_SHELL, APPLY_PATCH, COMPUTER, TOOL_SEARCH)
 BY_TYPE: dict[str, ClientTool] = {name: tool for tool in CLIENT_TOOLS for name in tool.types}
@@ -38,7 +38,6 @@ TYPED_ITEM_TYPES = frozenset(BY_ITEM)
 # and Cline always send: config.DEFAULT_DROPPED_TOOL_TYPES) drops it, logged and counted.
 HOSTED_TYPES = frozenset(
     {
-        "file_search",
         "code_interpreter",
         "image_generation",
         "programmatic_tool_calling",
@@ -88,10 +87,12 @@ def answered(items: Iterable[Any]) -> set[str]:
 
 def build_call(
     kind: str, call_id: str, arguments: str, complete: bool, name: str = ""
-) -> TypedCallItem | MultiAgentCall:
+) -> TypedCallItem | MultiAgentCall | FileSearchCall:
     """wire/builder.py's `CallBuilder`: the typed call item of a kind's call the model wrote (`name`: the tool's)."""
     if kind == multi_agent.KIND:
         return multi_agent.build(name, call_id, arguments)
+    if kind == file_search.KIND:  # run by the server (pipeline/steps/file_searches.py)
+        return file_search.build(arguments, complete)
     if kind == CLIENT_KIND:
         return TOOL_SEARCH.build(call_id, arguments, complete, "client")
     return BY_KIND[kind].build(call_id, arguments, complete)

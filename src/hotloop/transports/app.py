@@ -23,6 +23,7 @@ from hotloop.transports.console import console_routes
 from hotloop.transports.conversations import conversation_routes
 from hotloop.transports.doors import Doors, DoorsMiddleware
 from hotloop.transports.files import file_routes
+from hotloop.transports.vector_stores import vector_store_routes
 from hotloop.transports.websocket import websocket_endpoint
 from hotloop.transports.ws_writer import RawSend
 
@@ -98,6 +99,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
         Route("/v1/embeddings", http.create_embeddings, methods=["POST"]),
         *conversation_routes(),
         *file_routes(),
+        *vector_store_routes(),
         *console_routes(),
     ]
     return Starlette(

@@ -1,11 +1,11 @@
 """What the HTTP, SSE and WebSocket endpoints share at the ASGI edge: an error as an HTTP response, the timing
-opt-in header, and waiting for a client to go away."""
+opt-in header, a GET's `include`, and waiting for a client to go away."""
 
 from __future__ import annotations
 
 import asyncio
 
-from starlette.datastructures import Headers
+from starlette.datastructures import Headers, QueryParams
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive
 
@@ -23,6 +23,12 @@ def error_response(exc: HotloopError) -> Response:
 def wants_timings(headers: Headers) -> bool:
     """The opt-in for the `hotloop:timing_metrics` event, on a POST or a WebSocket upgrade."""
     return headers.get(TIMING_HEADER, "").strip().lower() in ("true", "1")
+
+
+def included(query: QueryParams) -> list[str]:
+    """A GET's `include` values (a response, a conversation's items): `include=a&include=b`, or openai-python's
+    `include[]=a`."""
+    return [*query.getlist("include"), *query.getlist("include[]")]
 
 
 async def wait_disconnect(receive: Receive, ready: asyncio.Event | None = None) -> None:

@@ -11,8 +11,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from hotloop.pipeline.objects import conversations
+from hotloop.transports.asgi import included
 from hotloop.transports.http import http_session, raw_json, read_body
 from hotloop.transports.paging import page_params
+from hotloop.wire.file_search import shows_results
 
 _encode = msgspec.json.Encoder().encode
 Handler = Callable[[Request], Awaitable[Response]]
@@ -34,10 +36,18 @@ def _endpoint(operation: Callable[..., Awaitable[Any]], *path: str, body: bool =
 async def list_items(request: Request) -> Response:
     service, session = http_session(request)
     after, limit, order = page_params(request.query_params)
+    results = shows_results(included(request.query_params))  # `include`: a file search's results
     page = await conversations.list_items(
-        service, session, request.path_params["conversation_id"], after=after, limit=limit, order=order
+        service, session, request.path_params["conversation_id"], after=after, limit=limit, order=order, results=results
     )
     return raw_json(_encode(page))
+
+
+async def get_item(request: Request) -> Response:
+    service, session = http_session(request)
+    path, results = request.path_params, shows_results(included(request.query_params))
+    item = await conversations.get_item(service, session, path["conversation_id"], path["item_id"], results)
+    return raw_json(_encode(item))
 
 
 def conversation_routes() -> list[Route]:
@@ -51,6 +61,6 @@ def conversation_routes() -> list[Route]:
         Route(one, _endpoint(conversations.delete, cid), methods=["DELETE"]),
         Route(one + "/items", _endpoint(conversations.add_items, cid, body=True), methods=["POST"]),
         Route(one + "/items", list_items, methods=["GET"]),
-        Route(one + "/items/{item_id}", _endpoint(conversations.get_item, cid, iid), methods=["GET"]),
+        Route(one + "/items/{item_id}", get_item, methods=["GET"]),
         Route(one + "/items/{item_id}", _endpoint(conversations.delete_item, cid, iid), methods=["DELETE"]),
     ]

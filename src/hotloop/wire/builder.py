@@ -3,8 +3,9 @@
 The builder is an agent's item writer: the open output item, its text, its agent and its checks. It writes through
 an `Output` (wire/output.py), the response's own stream, which numbers every event once (every transport gets the
 same bytes, `sequence_number` counts from 0 without gaps) and keeps the terminal `response.output` equal to the
-`output_item.done` items in order (§2.3), an `mcp_call`'s slot reserved until the server ran it
-(wire/mcp_builder.py). A subagent's writer writes through its branch's `Output` instead (pipeline/agents/branch.py).
+`output_item.done` items in order (§2.3), an `mcp_call`'s or a `file_search_call`'s slot reserved until the server
+ran it (wire/mcp_builder.py, wire/file_search.py). A subagent's writer writes through its branch's `Output` instead
+(pipeline/agents/branch.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from hotloop.ids import new_id
 from hotloop.wire import events as ev
 from hotloop.wire.agent_items import MultiAgentCall
 from hotloop.wire.events import Event
+from hotloop.wire.file_search import Citer, FileSearchBuilder, visible
 from hotloop.wire.items import (
     Compaction,
     CustomToolCall,
@@ -36,10 +38,10 @@ from hotloop.wire.items import (
 from hotloop.wire.mcp_builder import McpBuilder
 from hotloop.wire.output import Output
 from hotloop.wire.response import ErrorInfo, IncompleteDetails, Response, Usage
-from hotloop.wire.tool_items import ShellCall, TypedCallItem
+from hotloop.wire.tool_items import FileSearchCall, ShellCall, TypedCallItem
 
-# A call item built whole from the model's arguments: a typed client tool's, or a multi-agent action's.
-CallItem = TypedCallItem | MultiAgentCall
+# A call item built whole from the model's arguments: a typed client tool's, a multi-agent action's, a file search.
+CallItem = TypedCallItem | MultiAgentCall | FileSearchCall
 
 # The tool kinds whose calls are the items of §2.5; any other kind a backend names is a typed client tool (§1.11).
 _PLAIN_KINDS = frozenset({"function", "custom", "mcp"})
@@ -96,7 +98,7 @@ _CALL_DELTAS: dict[type[Any], type[ev._Event]] = {
 }
 
 
-class ResponseBuilder(McpBuilder):
+class ResponseBuilder(McpBuilder, FileSearchBuilder):
     def __init__(
         self,
         response: Response,
@@ -107,7 +109,11 @@ class ResponseBuilder(McpBuilder):
         checks: InputChecks | None = None,
         agent: dict[str, str] | None = None,
         output: Output | None = None,
+        results: bool = True,
+        cite: Citer | None = None,
     ) -> None:
+        """`results`: the request included `file_search_call.results` (or has no search: nothing to hide);
+        `cite`: how a message's text cites the searches' results (wire/file_search.py)."""
         # The response lives in its stream (`output`'s, when given: a subagent's branch), written through it alone.
         self.out = output if output is not None else Output(response, stream_id)
         self._agent = agent  # a multi-agent response's: on each item it makes (protocol.md §1.12)
@@ -123,6 +129,7 @@ class ResponseBuilder(McpBuilder):
         self._text: list[str] = []
         self._emit = self.out.emit
         self._init_mcp()
+        self._init_file_search(results, cite)
 
     @property
     def response(self) -> Response:
@@ -138,7 +145,7 @@ class ResponseBuilder(McpBuilder):
 
     def _snapshot(self) -> Response:
         # Events are encoded the moment they are built, so the live object shows its state at that moment.
-        return self.response
+        return visible(self.response, self.out.results)
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -277,7 +284,10 @@ class ResponseBuilder(McpBuilder):
         out: list[Event] = []
         assert item.id is not None
         if isinstance(item, Message):
-            part = OutputText(text=text)
+            annotations = self.citations(text)
+            part = OutputText(text=text, annotations=annotations)
+            if annotations:
+                out.extend(self.annotation_events(item.id, index, annotations))
             out.append(
                 self._emit(
                     ev.OutputTextDone,
@@ -325,6 +335,8 @@ class ResponseBuilder(McpBuilder):
     def typed_call(self, item: CallItem) -> list[Event]:
         """A typed client tool's call as one whole item: `output_item.added`, a shell call's command events
         (protocol.md §1.11), `output_item.done` (held behind an MCP call not run yet, as any item's)."""
+        if isinstance(item, FileSearchCall):  # the server runs it: it waits for its results (wire/file_search.py)
+            return self.file_search_call(item)
         item = self._agent_of(item)  # type: ignore[assignment]
         index = self._index
         out = [self._emit(ev.OutputItemAdded, output_index=index, item=item)]
@@ -433,7 +445,8 @@ class ResponseBuilder(McpBuilder):
         out: list[Event] = []
         if inband_error is not None:
             out.append(self._emit(ev.StreamError, error=inband_error))
-        out.append(self._emit(ev.TERMINAL_EVENTS[self.response.status], terminal=True, response=self.response))
+        response = visible(self.response, self.out.results)
+        out.append(self._emit(ev.TERMINAL_EVENTS[self.response.status], terminal=True, response=response))
         return out
 
     def finish(

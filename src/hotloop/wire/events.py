@@ -180,6 +180,35 @@ class McpCallFailed(_McpEvent, tag="response.mcp_call.failed"):
     pass
 
 
+# A `file_search_call` the server runs (tools/file_search.py): OpenAI's events, as openai-python types them
+# (`response_file_search_call_*_event.py`); not in the Open Responses schema.
+class _FileSearchEvent(_Event):
+    item_id: str
+    output_index: int
+
+
+class FileSearchCallInProgress(_FileSearchEvent, tag="response.file_search_call.in_progress"):
+    pass
+
+
+class FileSearchCallSearching(_FileSearchEvent, tag="response.file_search_call.searching"):
+    pass
+
+
+class FileSearchCallCompleted(_FileSearchEvent, tag="response.file_search_call.completed"):
+    pass
+
+
+class OutputTextAnnotationAdded(_Event, tag="response.output_text.annotation.added"):
+    """An annotation of a message's text (a `file_citation`), after the text's deltas and before its `.done`."""
+
+    item_id: str
+    output_index: int
+    content_index: int
+    annotation_index: int
+    annotation: Any
+
+
 class ErrorBody(msgspec.Struct):
     type: str
     code: str | None

@@ -12,7 +12,14 @@ from typing import Any, Literal
 import msgspec
 
 from hotloop.wire.agent_items import AGENT_ITEMS, AgentItem
-from hotloop.wire.tool_items import TYPED_ITEMS, AdditionalTools, ToolSearchOutput, TypedCallItem, TypedOutputItem
+from hotloop.wire.tool_items import (
+    TYPED_ITEMS,
+    AdditionalTools,
+    FileSearchCall,
+    ToolSearchOutput,
+    TypedCallItem,
+    TypedOutputItem,
+)
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
@@ -43,6 +50,15 @@ class OutputText(msgspec.Struct, tag_field="type", tag="output_text", forbid_unk
     text: str
     annotations: list[Any] = msgspec.field(default_factory=list)
     logprobs: list[Any] = msgspec.field(default_factory=list)
+
+
+class FileCitation(msgspec.Struct, tag_field="type", tag="file_citation"):
+    """An `output_text` annotation: the answer cites a file a `file_search_call` found, at the character `index`
+    of the text where the citation stands (tools/file_search.py `citations`)."""
+
+    file_id: str
+    filename: str
+    index: int
 
 
 class Refusal(_Part, tag="refusal"):
@@ -213,6 +229,7 @@ Item = (
     | TypedCallItem
     | TypedOutputItem
     | AdditionalTools
+    | FileSearchCall
     | AgentItem
 )
 KNOWN_ITEM_TYPES: dict[str, type[Any]] = {
@@ -247,6 +264,7 @@ TypedContextItem = (
     | TypedCallItem
     | TypedOutputItem
     | AdditionalTools
+    | FileSearchCall
     | AgentItem
 )
 ContextItem = TypedContextItem | OtherItem
@@ -263,6 +281,7 @@ OutputItem = (
     | McpApprovalRequest
     | TypedCallItem
     | ToolSearchOutput
+    | FileSearchCall
     | AgentItem
 )
 # What a response's `output` may hold: the model's items and, in a multi-agent response, the client's tool outputs

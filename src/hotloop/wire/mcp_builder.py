@@ -60,7 +60,8 @@ class McpBuilder:
 
     def mcp_pending(self) -> list[int]:
         """The output indexes of the calls not finished yet (the server runs them, then `mcp_call_finished`)."""
-        return self.out.reserved()
+        output = self.out.response.output
+        return [index for index in self.out.reserved() if isinstance(output[index], McpCall)]
 
     def mcp_call_added(self, item: McpCall) -> list[Event]:
         """A call the server runs without the model having just written it (an approved request):

@@ -7,6 +7,9 @@ whose arguments are written, which the server runs next), other items following 
 finished item there and sends its `output_item.done` at that index. An item that ends while a slot before it is
 still reserved has its `output_item.done` held until that slot is settled: the done events come in output order,
 and in that order they are the terminal output (§2.3).
+
+**What a client sees.** The output holds every item whole (what is stored and read back into the context); an
+`output_item.done` shows a `file_search_call` without its results unless the request included them (`results`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from hotloop.wire import events as ev
 from hotloop.wire.events import Event, encode_event
 from hotloop.wire.items import ResponseItem
 from hotloop.wire.response import Response
+from hotloop.wire.tool_items import without_results
 
 
 class Output:
@@ -26,6 +30,7 @@ class Output:
         self._seq = 0
         self._reserved: list[int] = []  # output indexes of items placed but not finished, in order
         self._held: list[int] = []  # indexes of items ended after a reserved one: their `output_item.done` waits
+        self.results = True  # `include: ["file_search_call.results"]` (or nothing hides them): shown in events
 
     def emit(self, cls: type[ev._Event], terminal: bool = False, **fields: object) -> Event:
         """An event, numbered and encoded once (every transport sends these bytes)."""
@@ -49,7 +54,11 @@ class Output:
         if self._reserved and self._reserved[0] < index:
             self._held.append(index)
             return []
-        return [self.emit(ev.OutputItemDone, output_index=index, item=item)]
+        return [self.done(index, item)]
+
+    def done(self, index: int, item: ResponseItem) -> Event:
+        """`output_item.done` for the item at `index`, as the client sees it."""
+        return self.emit(ev.OutputItemDone, output_index=index, item=item if self.results else without_results(item))
 
     def reserve(self, item: ResponseItem) -> int:
         """Place an unfinished item next in the output; its index."""
@@ -76,7 +85,7 @@ class Output:
         ready = sorted(index for index in self._held if index < first)
         self._held = [index for index in self._held if index >= first]
         output = self.response.output
-        return [self.emit(ev.OutputItemDone, output_index=index, item=output[index]) for index in ready]
+        return [self.done(index, output[index]) for index in ready]
 
     def end_reserved(self) -> list[Event]:
         """At the response's end, the slots never settled hold their items `incomplete` (each with its

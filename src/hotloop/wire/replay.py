@@ -16,6 +16,10 @@ counter and the same item lifecycle as the live stream, so the replay is what a 
   (one that never ran: `output_item.done` right after its arguments; one an approval ran: no delta, as live). An
   `mcp_list_tools` as live: added, `response.mcp_list_tools.in_progress`, `.completed` | `.failed`, done. A typed
   client tool's call as live: `output_item.added` with the whole item, a shell call's command events, `.done`.
+  A `file_search_call` as live (wire/file_search.py): added, `response.file_search_call.in_progress`, `.searching`,
+  `.completed` (not for a failed one), done; its results only when the replay includes them (`results`). A
+  message keeps its stored annotations, each with its `response.output_text.annotation.added` before the text's
+  `.done`.
   An item of another shape (never produced by hotloop's builder) is replayed as `output_item.added` and `.done`.
 - A failed response with an error gets the in-band `error` event the live SSE stream sent before
   `response.failed` (§2.9). The opt-in `hotloop:timing_metrics` event is not stored and not replayed.
@@ -42,7 +46,7 @@ from hotloop.wire.items import (
     ResponseItem,
 )
 from hotloop.wire.response import TERMINAL_STATUSES, Response
-from hotloop.wire.tool_items import ApplyPatchCall, ComputerCall, LocalShellCall, ShellCall
+from hotloop.wire.tool_items import ApplyPatchCall, ComputerCall, FileSearchCall, LocalShellCall, ShellCall
 
 
 def _replay_item(builder: ResponseBuilder, item: ResponseItem) -> list[Event]:
@@ -53,6 +57,7 @@ def _replay_item(builder: ResponseBuilder, item: ResponseItem) -> list[Event]:
         text = item.content[0].text
         if text:
             out += builder.text_delta(text)
+        builder.annotate(list(item.content[0].annotations))
         return out + builder.close_open(status)
     if isinstance(item, FunctionCall | CustomToolCall) and item.id is not None:
         opened: OutputItem
@@ -74,6 +79,8 @@ def _replay_item(builder: ResponseBuilder, item: ResponseItem) -> list[Event]:
         return _replay_mcp_call(builder, item)
     if isinstance(item, McpListTools):
         return builder.mcp_list_tools(item)
+    if isinstance(item, FileSearchCall):
+        return builder.replay_file_search(item)
     if isinstance(item, ShellCall | LocalShellCall | ApplyPatchCall | ComputerCall):
         return builder.typed_call(item)  # as live: whole, once the model had written it
     # A compaction, an approval request, or an item of another shape: added and done as stored.
@@ -106,9 +113,15 @@ def inband_error(response: Response) -> ev.ErrorBody | None:
 
 
 def replay_events(
-    response: Response, *, starting_after: int = -1, stream_id: str | None = None, reasoning_events: str = "openai"
+    response: Response,
+    *,
+    starting_after: int = -1,
+    stream_id: str | None = None,
+    reasoning_events: str = "openai",
+    results: bool = False,
 ) -> list[Event]:
-    """The events of a finished (terminal) response with `sequence_number > starting_after`, terminal last.
+    """The events of a finished (terminal) response with `sequence_number > starting_after`, terminal last;
+    `results`: the replay includes `file_search_call.results`.
 
     Sequence numbers count from 0 without gaps, so an event's number is its position in the full sequence.
     """
@@ -123,7 +136,7 @@ def replay_events(
         incomplete_details=None,
         completed_at=None,
     )
-    builder = ResponseBuilder(start, stream_id, reasoning_events)
+    builder = ResponseBuilder(start, stream_id, reasoning_events, results=results)
     out = [builder.created()]
     if response.background:
         out.append(builder.queued())

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from hotloop.errors import HotloopError, InvalidJSON, InvalidParam, MissingParam
+from hotloop.errors import HotloopError, InvalidJSON, InvalidParam, MissingParam, UnsupportedParam
 
 
 class CreateRequest(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True):
@@ -133,6 +133,10 @@ def validation_error(error: msgspec.ValidationError, prefix: str | None = None) 
         field = message.split("`")[1]
         param = f"{param}.{field}" if param else field
         return MissingParam(f"Missing required parameter: '{param}'.", param=param)
+    if message.startswith("Object contains unknown field"):
+        field = message.split("`")[1]
+        param = f"{param}.{field}" if param else field
+        return UnsupportedParam(f"Unknown parameter: '{param}'.", param=param, code="unknown_parameter")
     code = "invalid_type" if message.startswith("Expected") else "invalid_value"
     where = f"'{param}'" if param else "the request body"
     return InvalidParam(f"Invalid value for {where}: {message}.", param=param, code=code)

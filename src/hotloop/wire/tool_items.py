@@ -196,6 +196,40 @@ class AdditionalTools(_Item, tag="additional_tools"):
     agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
 
 
+# -- file_search (run by the server inside the response: tools/file_search.py, pipeline/steps/file_searches.py) ------
+
+
+class FileSearchResult(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=False):
+    """One chunk a search found (openai-python's `ResponseFileSearchToolCall.Result`)."""
+
+    file_id: str | None = None
+    filename: str | None = None
+    score: float | None = None
+    text: str | None = None
+    attributes: dict[str, str | float | bool] | None = None
+
+
+FileSearchStatus = Literal["in_progress", "searching", "completed", "incomplete", "failed"]
+
+
+class FileSearchCall(_Item, tag="file_search_call"):
+    """A search of the request's vector stores the model asked for and the server ran. `results` is always kept
+    (stored, read back into the context); a client sees it only with `include: ["file_search_call.results"]`
+    (`without_results`), else null. A client that resends the item without them leaves it `UNSET`."""
+
+    id: str
+    queries: list[str]
+    status: FileSearchStatus
+    results: list[FileSearchResult] | msgspec.UnsetType | None = msgspec.UNSET
+
+
+def without_results(item: Any) -> Any:
+    """The item as a client that did not include `file_search_call.results` sees it (any other item as it is)."""
+    if type(item) is FileSearchCall and isinstance(item.results, list):
+        return msgspec.structs.replace(item, results=None)
+    return item
+
+
 TypedCallItem = ShellCall | LocalShellCall | ApplyPatchCall | ComputerCall | ToolSearchCall
 TypedOutputItem = ShellCallOutput | LocalShellCallOutput | ApplyPatchCallOutput | ComputerCallOutput | ToolSearchOutput
 TYPED_ITEMS: tuple[Any, ...] = (
@@ -210,4 +244,5 @@ TYPED_ITEMS: tuple[Any, ...] = (
     ToolSearchCall,
     ToolSearchOutput,
     AdditionalTools,
+    FileSearchCall,
 )

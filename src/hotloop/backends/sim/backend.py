@@ -5,7 +5,9 @@ second. Tool policy: with tools offered and fewer than K calls in the conversati
 arguments built from its JSON schema (a tool that acts, a typed client tool or a shell-like function with a
 `cmd`/`command`/`commands` property, is preferred: a typed tool gets its kind's well-formed action (hotloop/tools/),
 a shell-like function a real command: `shell_command`); otherwise answer with text. With a `tool_search` tool and
-deferred tools, the conversation's first call searches for them. Per-request overrides through
+deferred tools, the conversation's first call searches for them. With `file_search`, a user's message is searched
+(its words, the query), and a search's results answered with a sentence citing the first (`[1]`): it reads its
+prompt's last messages as a model does (`decode`: its tokenizer's). Per-request overrides through
 `metadata`: `sim_ttft_ms`, `sim_tps`, `sim_output_tokens`, `sim_tool_calls`, `sim_reasoning_tokens` (thinking before
 each answer or call: a reasoning item, counted in `reasoning_tokens`); and `hotloop_sim_fault`, a test facility
 that makes the model fail: `stall_after:N` (hang after N output tokens), `die_after:N` (raise after N), `crash`
@@ -25,7 +27,7 @@ import random
 import re
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Literal
 
 import msgspec
@@ -46,7 +48,7 @@ from hotloop.backends.sim.schema_example import example_for_schema
 from hotloop.backends.sim.shell import command_field, shell_arguments
 from hotloop.backends.sim.words import WORDS
 from hotloop.chat.specs import ToolSpec
-from hotloop.tools import multi_agent
+from hotloop.tools import file_search, multi_agent
 from hotloop.tools.grammar import compile_grammar, matches, sample
 from hotloop.tools.registry import BY_KIND, SEARCH_KINDS
 
@@ -58,6 +60,8 @@ RNG_TAIL_TOKENS = 2048
 
 FAULT_KEY = "hotloop_sim_fault"
 SLEEP_MIN_S = 0.0005  # a token due sooner than this leaves at once: the loop's timer would not be sooner
+# The prompt's tail hotloop-sim reads for its latest messages (`file_search`): a search's output ends there.
+TAIL_TOKENS = 512
 # Codex's apply_patch format (V4A), creating a file as the typed apply_patch tool's sample does.
 ADD_FILE = "*** Begin Patch\n*** Add File: hotloop_sim_{n}.txt\n+hotloop-sim-{n}\n*** End Patch\n"
 
@@ -105,8 +109,10 @@ REASONING = "reasoning"  # the plan's marker for the thinking that comes first
 
 
 class SimBackend:
-    def __init__(self, settings: SimSettings) -> None:
+    def __init__(self, settings: SimSettings, decode: Callable[[list[int]], str] | None = None) -> None:
+        """`decode`: its tokenizer's, to read the prompt's last messages (ChatML); without it, no file searches."""
         self.settings = settings
+        self._decode = decode
         self._recent: deque[bytes] = deque(maxlen=PREFIX_CACHE_ENTRIES)  # packed prompts, newest last
         self.stats = SimStats()
 
@@ -198,6 +204,9 @@ class SimBackend:
             tools = [spec for spec in request.tools if spec.kind != multi_agent.KIND] if root else []
             calls = max(0, request.calls_so_far - spent)
             request = msgspec.structs.replace(request, tools=tools, calls_so_far=calls)
+        searched = self._file_search(request, rng)
+        if searched is not None:
+            return searched
         k = int(self._option(request, "tool_calls", self.settings.tool_calls))
         wants_tool = request.tools and request.tool_choice != "none"
         if wants_tool and (request.tool_choice == "required" or request.calls_so_far < k):
@@ -226,6 +235,36 @@ class SimBackend:
         pieces = [words[0].capitalize()] + [" " + word for word in words[1:]]
         pieces[-1] += "."
         return [(None, pieces)]
+
+    def _file_search(
+        self, request: GenerationRequest, rng: random.Random
+    ) -> list[tuple[ToolSpec | str | None, list[str]]] | None:
+        """With `file_search` offered (or after a search), by the prompt's latest messages: a user's message is
+        searched (its words as the query; `parallel_calls` searches when parallel calls are allowed); a search's
+        results are answered with a sentence citing the first, `[1]`. None: the usual policy."""
+        if self._decode is None:
+            return None
+        offered = request.tools if request.tool_choice != "none" else ()
+        spec = next((spec for spec in offered if spec.kind == file_search.KIND), None)
+        if spec is None and request.calls_so_far == 0:
+            return None
+        if request.forced_tool is not None and (spec is None or request.forced_tool != spec.prompt_name):
+            return None
+        latest = _latest_messages(self._decode(list(request.prompt_tokens[-TAIL_TOKENS:])))
+        if spec is not None and latest and latest[-1][0] == "user":
+            count = max(1, self.settings.parallel_calls) if request.parallel_tool_calls else 1
+            payload = json.dumps({"queries": file_search.sample_queries(latest[-1][1])})
+            return [(spec, _pieces(payload)) for _ in range(count)]
+        outputs: list[str] = []
+        for role, content in reversed(latest):  # the outputs of the last step's calls
+            if role != "tool":
+                break
+            outputs.append(content)
+        if any(file_search.read_results(output) for output in outputs):
+            n = max(1, int(self._option(request, "output_tokens", self.settings.output_tokens)))
+            words = [rng.choice(WORDS) for _ in range(n)]
+            return [(None, ["According", " to", " [1],", *(" " + word for word in words[:-1]), f" {words[-1]}."])]
+        return None
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
         # The model's clock starts when the request reaches it, as an engine's does: the simulator's own
@@ -291,6 +330,19 @@ class SimBackend:
 def acts(spec: ToolSpec) -> bool:
     """A tool that acts on the client's machine: a typed client tool, or a shell-like function."""
     return (spec.kind in BY_KIND and spec.kind not in SEARCH_KINDS) or command_field(spec) is not None
+
+
+def _latest_messages(text: str) -> list[tuple[str, str]]:
+    """The (role, content) of the whole ChatML messages in a prompt's tail, oldest first; the generation prompt
+    (the open assistant message it ends with) and a message cut at the tail's start are left out."""
+    segments = text.split("<|im_start|>")[1:]
+    out: list[tuple[str, str]] = []
+    for segment in segments:
+        role, _, rest = segment.partition("\n")
+        content, closed, _ = rest.partition("<|im_end|>")
+        if closed:
+            out.append((role.strip(), content))
+    return out
 
 
 def _words_of(name: str) -> str:

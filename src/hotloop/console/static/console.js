@@ -102,6 +102,23 @@ function renderMcp(mcp) {
   ]));
 }
 
+// Vector stores' ingestion on this server (newest first; one in work shows its time so far) and the latest searches,
+// with the searches' p50/p99 and the files ingested by outcome.
+function renderFileSearch(fs) {
+  const outcomes = Object.entries(fs.files_by_outcome).map(([outcome, n]) => `${fmtNumber(n)} ${outcome}`).join(", ") || "none";
+  const latency = fs.search_p50_s === null ? "no searches yet" : `search p50 ${fmtSeconds(fs.search_p50_s)} · p99 ${fmtSeconds(fs.search_p99_s)}`;
+  $("fs-totals").textContent = `(${fmtNumber(fs.ingesting)} in work · files: ${outcomes} · ${latency})`;
+  const time = (at) => new Date(at * 1000).toLocaleTimeString();
+  fillRows("fs-ingestions", fs.ingestions.map((row) => [
+    time(row.started_at), row.owner, row.vector_store_id, row.file_id,
+    row.error ? `${row.status} (${row.error})` : row.status, (row.bytes / 1024).toFixed(1), row.chunks,
+    (row.seconds * 1e3).toFixed(0),
+  ]));
+  fillRows("fs-searches", fs.searches.map((row) => [
+    time(row.at), row.owner, row.vector_store_ids.join(", "), row.queries, row.results, (row.seconds * 1e3).toFixed(1),
+  ]));
+}
+
 // The last hour as time series (GET /v1/console/state `history`: a point per `step_s`, the server's numbers).
 const CHARTS = [
   ["chart-turns", ["turns_per_s"], (v) => fmtNumber(v)],
@@ -162,6 +179,7 @@ function render(state) {
     [conn.owner, fmtAge(conn.age_s), conn.lanes.map(laneText).join("  |  ") || "(idle)"]));
   fillRows("gauges", Object.entries(state.gauges).map(([name, value]) => [name, fmtNumber(value)]));
   renderMcp(state.mcp);
+  renderFileSearch(state.file_search);
   renderHistory(state.history);
   const select = $("pg-model");
   if (!select.options.length) {

@@ -37,6 +37,7 @@ from hotloop.pipeline.steering import required_input
 from hotloop.pipeline.steps.loop import Drive, Steps
 from hotloop.pipeline.steps.searches import Searches
 from hotloop.tools import multi_agent
+from hotloop.tools.file_search import KIND as FILE_SEARCH
 from hotloop.tools.registry import build_call
 from hotloop.tools.tool_search import SERVER_KIND
 from hotloop.wire import events as ev
@@ -101,8 +102,9 @@ class Subagents:
         agent.task = asyncio.create_task(self._run(branch, task, previous), name=f"subagent {agent.path}")
 
     def specs(self, agent: Agent) -> list[ToolSpec]:
-        """The tools a subagent may call: the root's (the server's only, over HTTP) and the actions its depth allows."""
-        tools = [spec for spec in self.prepared.generation.tools if spec.kind != multi_agent.KIND]
+        """The tools a subagent may call: the root's (the server's only, over HTTP) and the actions its depth allows;
+        not `file_search`, whose searches only the root's steps run (pipeline/steps/file_searches.py)."""
+        tools = [spec for spec in self.prepared.generation.tools if spec.kind not in (multi_agent.KIND, FILE_SEARCH)]
         if not self.websocket:
             tools = [spec for spec in tools if spec.kind in SERVER_KINDS]
         return [*tools, *multi_agent.offered(agent.depth < self.roster.limits.depth)]

@@ -1,7 +1,7 @@
 """What the server runs between an agent's generations: executors. Each reads the output the agent's last
-generation left and answers what is its own (an MCP call, a server-run tool search, a multi-agent action), each
-answer an item; the step loop (loop.py) runs them in order after every generation, and generates again when any of
-them answered something. `file_search` and `code_interpreter` join them as executors of their own.
+generation left and answers what is its own (an MCP call, a server-run tool search, a file search, a multi-agent
+action), each answer an item; the step loop (loop.py) runs them in order after every generation, and generates
+again when any of them answered something. `code_interpreter` would join them as an executor of its own.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Protocol
 
 from hotloop.pipeline.mcp.calls import Calls
+from hotloop.pipeline.steps.file_searches import FileSearches
 from hotloop.pipeline.steps.searches import Searches
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
@@ -59,3 +60,20 @@ class SearchStep:
         self.budget.spend(ran)
         for event in found:
             yield event
+
+
+class FileSearchStep:
+    """The file searches the last generation wrote (file_searches.py), within the same budget of built-in calls;
+    `seconds`: their time, from the first search's start to the last one's end."""
+
+    def __init__(self, searches: FileSearches) -> None:
+        self.searches = searches
+        self.seconds = 0.0
+
+    async def run(self, builder: ResponseBuilder, steered: asyncio.Event) -> AsyncGenerator[Event]:
+        if not builder.file_search_pending():
+            return
+        started = time.perf_counter()
+        async for event in self.searches.run(builder, steered):
+            yield event
+        self.seconds += time.perf_counter() - started

@@ -1,9 +1,9 @@
 """The step loop (`Steps.run`, from pipeline/turn.py and, for each subagent, pipeline/agents/branch.py): approved
-calls first, then after each generation the executors (executor.py: the server-run searches, the MCP calls, a
-multi-agent response's actions), a multi-agent response's wait for its client's outputs (waits.py), and the next
-generation, whose prompt extends the rendered state with the items made since it was rendered (the calls and their
-outputs), as a continuation's does; until the model answers, calls a client's tool (outside a multi-agent response)
-or asks for an approval, or the response ends otherwise.
+calls first, then after each generation the executors (executor.py: the server-run searches, the file searches,
+the MCP calls, a multi-agent response's actions), a multi-agent response's wait for its client's outputs
+(waits.py), and the next generation, whose prompt extends the rendered state with the items made since it was
+rendered (the calls and their outputs), as a continuation's does; until the model answers, calls a client's tool
+(outside a multi-agent response) or asks for an approval, or the response ends otherwise.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from hotloop.pipeline.mcp.calls import Calls
 from hotloop.pipeline.prepared import Prepared
 from hotloop.pipeline.prompt import render_prompt
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.steps.executor import AgentExecutor, Executor, McpStep, SearchStep
+from hotloop.pipeline.steps.executor import AgentExecutor, Executor, FileSearchStep, McpStep, SearchStep
+from hotloop.pipeline.steps.file_searches import FileSearches
 from hotloop.pipeline.steps.searches import Searches
 from hotloop.pipeline.steps.waits import StepWaits
-from hotloop.tools import multi_agent
+from hotloop.tools import file_search, multi_agent
 from hotloop.tools.multi_agent import foreign
 from hotloop.tools.tool_search import SERVER_KIND
 from hotloop.wire.builder import ResponseBuilder
@@ -75,10 +76,14 @@ class Steps:
     outcome: Outcome | None = None  # how the steps ended, once `run` is done
     mcp: McpStep | None = None
     executors: tuple[Executor, ...] = ()  # what the server runs after each generation, in order (executor.py)
+    file_searches: FileSearches | None = None  # a `file_search` tool's searches (file_searches.py)
+    files: FileSearchStep | None = None
 
     def __post_init__(self) -> None:
         self.mcp = McpStep(self.calls)
-        self.executors = (SearchStep(self.searches, self.calls), self.mcp)
+        self.files = FileSearchStep(self.file_searches) if self.file_searches is not None else None
+        found = (self.files,) if self.files is not None else ()
+        self.executors = (SearchStep(self.searches, self.calls), *found, self.mcp)
 
     @classmethod
     def of(cls, service: Service, prepared: Prepared, owner: str) -> Steps:
@@ -105,6 +110,7 @@ class Steps:
         # A chat API's engine reads items: the prompt's own (compacted, expanded); a token model's harmony reads
         # the context for the names of calls answered later.
         context = list(prepared.generation.items or plan.context)
+        declared = prepared.tools.file_search
         return cls(
             service.renderer,
             prepared.model,
@@ -117,6 +123,7 @@ class Steps:
             prepared.timings,
             plan.approved,
             Searches(prepared.generation.deferred, service.tokenize_pool),
+            file_searches=FileSearches(service, owner, declared, calls) if declared is not None else None,
         )
 
     async def run(self, builder: ResponseBuilder, generation: Generation, drive: Drive) -> AsyncGenerator[Event, None]:
@@ -135,6 +142,8 @@ class Steps:
                 yield event
         self.timings.add("mcp_step", self.overhead_s)
         self.timings.add("mcp_call", self.mcp.seconds if self.mcp is not None else 0.0)
+        if self.files is not None:
+            self.timings.add("file_search", self.files.seconds)
 
     async def _loop(
         self, builder: ResponseBuilder, generation: Generation, drive: Drive
@@ -251,8 +260,9 @@ class Steps:
             return Outcome.failed(exc.code, exc.message)
         self.rendered, self.rendered_output = prompt.state, len(output)
         tools = [*generation.tools, *self.searches.fresh()]
-        if self.calls.exhausted:  # no built-in call left: neither MCP tools nor the server's search
-            tools = [spec for spec in tools if spec.kind not in ("mcp", SERVER_KIND, multi_agent.KIND)]
+        if self.calls.exhausted:  # no built-in call left: neither MCP tools nor the server's searches
+            server_run = ("mcp", SERVER_KIND, file_search.KIND, multi_agent.KIND)
+            tools = [spec for spec in tools if spec.kind not in server_run]
         self.overhead_s += time.perf_counter() - start
         return msgspec.structs.replace(
             generation,
