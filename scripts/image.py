@@ -31,8 +31,10 @@ BASE = "localhost/hotloop-base:bookworm"
 IMAGE = "localhost/hotloop:test"
 # What stands in for a registry's image in the tier (tests/images/Containerfile.<name>).
 STAND_INS = ("postgres", "nginx")
-# netavark and aardvark-dns: the networks Compose and `podman kube play` make resolve their containers' names.
-PACKAGES = ("podman", "runc", "debootstrap", "netavark", "aardvark-dns")
+# netavark and aardvark-dns: the networks Compose and `podman kube play` make resolve their containers' names;
+# netavark sets them up with iptables, which podman's package does not pull in (without it every `podman run -p`
+# fails: "netavark: No such file or directory").
+PACKAGES = ("podman", "runc", "debootstrap", "netavark", "aardvark-dns", "iptables")
 # What the base's Python (Debian 12's 3.11.2) needs beside this virtualenv's (3.11.7): redis asks for async-timeout
 # before 3.11.3.
 EXTRA = ("async-timeout>=4.0.3",)

@@ -91,6 +91,21 @@ def test_the_embedded_model_loads_without_a_download_and_its_vectors_are_unit_le
     assert vectors[0] @ vectors[1] > vectors[2] @ vectors[1]  # closer in meaning, closer in space
 
 
+def test_the_model_read_from_its_files_embeds_as_wordllama_does() -> None:
+    """hotloop reads WordLlama's weights and tokenizer itself (its package's compiled helpers are not needed, and the
+    image leaves them out); WordLlama's own `embed` is the oracle."""
+    from pathlib import Path
+
+    import wordllama
+
+    folder = Path(wordllama.__file__).parent
+    theirs = wordllama.WordLlama.load(cache_dir=folder, disable_download=True)
+    texts = ["the def statement defines a function", "Tomatoes need sun", "x" * 3000, "ünïcödé ✓ text"]
+    ours = default_embedder().embed(texts)
+    expected = theirs.embed(texts, norm=True)
+    assert ours.shape == expected.shape and float((ours * expected).sum(axis=1).min()) > 0.99999
+
+
 def test_one_pass_vectors_are_the_per_chunk_vectors() -> None:
     """`embed_file` reads a file's tokens once and takes each window's mean from running sums: the same vectors,
     up to the tokens at a window's edge (a chunk tokenized alone may split its first word differently)."""

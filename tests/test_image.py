@@ -2,7 +2,8 @@
 (scripts/image.py) and run as an operator runs it: keys from the environment, its data in a volume, reached through
 a published port. An openai-python WebSocket loop and a stored chain go through it; a SIGTERM during a loop drains
 (the response in flight completes, and is stored); without keys it refuses to start. Runs only when selected with
-`-m image` (podman and a built image needed)."""
+`-m image` (podman and a built image needed). file_search runs in it: a vector store's file ingested by the
+worker process the container spawns, then searched inside a response."""
 
 from __future__ import annotations
 
@@ -106,6 +107,16 @@ def test_the_container_runs_a_websocket_loop_and_a_stored_chain(volume: str) -> 
         assert client.responses.retrieve(second.id).previous_response_id == first.id
         unauthorized = httpx.post(f"{container.base_url}/responses", json={"input": "hi"}, timeout=10)
         assert unauthorized.status_code == 401
+        # file_search is in the image: a file ingested by the worker process the container spawns, then searched
+        # inside a response.
+        store = client.vector_stores.create(name="image")
+        entry = client.vector_stores.files.upload_and_poll(
+            vector_store_id=store.id, file=("tides.md", b"Spring tides follow the full moon."), poll_interval_ms=100
+        )
+        assert entry.status == "completed", entry.last_error
+        tool = {"type": "file_search", "vector_store_ids": [store.id]}
+        answer = client.responses.create(model="hotloop-sim", input="When are spring tides?", tools=[tool])  # type: ignore[list-item]
+        assert answer.output[0].type == "file_search_call" and answer.output[0].status == "completed"
     finally:
         container.remove()
 

@@ -1,14 +1,15 @@
 """Embeddings for file_search. The default is embedded and downloads nothing: WordLlama's 256-dimension static
-model (`wordllama/weights/l2_supercat_256.safetensors` and its tokenizer, both in the wheel): an average of token
-vectors, ~1 MB of text a second on one core here. Vectors are L2-normalized float32, so a dot product is the
-cosine."""
+model (`wordllama/weights/l2_supercat_256.safetensors` and its tokenizer, both in its wheel): an average of token
+vectors. Vectors are L2-normalized float32, so a dot product is the cosine."""
 
 from __future__ import annotations
 
-import threading
+import importlib.util
+import json
+import struct
 from functools import cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -45,27 +46,30 @@ class WindowEmbedder(Embedder, Protocol):
 
 
 class WordLlamaEmbedder:
+    """WordLlama's model, read from its wheel's files without running its package (whose compiled helpers hotloop
+    never needs: the image leaves them out). Its vector of a text is the mean of its tokens' rows (no special
+    tokens, no truncation), as `WordLlama.embed` computes it, L2-normalized."""
+
     name = "wordllama-l2-supercat-256"
     dims = 256
 
     def __init__(self) -> None:
-        import wordllama
-
-        # The wheel's own files: WordLlama.load() looks for the tokenizer in a folder the wheel does not have and
-        # would download it; its cache folder is the package itself, where both files are.
-        folder = Path(wordllama.__file__).parent
-        self._model: Any = wordllama.WordLlama.load(cache_dir=folder, disable_download=True)
         from tokenizers import Tokenizer
 
+        folder = package_folder("wordllama")
+        self.table = read_table(folder / "weights" / "l2_supercat_256.safetensors", "embedding.weight")
         self._tokenizer = Tokenizer.from_file(str(folder / "tokenizers" / "l2_supercat_tokenizer_config.json"))
-        self._lock = threading.Lock()  # the model's tokenizer pads in place: one batch at a time
+        self._tokenizer.no_padding()
+        self._tokenizer.no_truncation()
 
     def embed(self, texts: list[str]) -> Vectors:
-        if not texts:
-            return np.zeros((0, self.dims), dtype=np.float32)
-        with self._lock:
-            vectors: Vectors = self._model.embed(texts, norm=True).astype(np.float32, copy=False)
-        return vectors
+        rows = np.zeros((len(texts), self.dims), dtype=np.float32)
+        for row, encoding in enumerate(self._tokenizer.encode_batch(texts, add_special_tokens=False)):
+            ids = np.clip(np.asarray(encoding.ids, dtype=np.int64), 0, len(self.table) - 1)
+            if len(ids):
+                rows[row] = self.table[ids].mean(axis=0)
+        rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+        return rows
 
     def offsets(self, text: str) -> list[tuple[int, int]]:
         return self.tokens(text)[1]
@@ -81,7 +85,7 @@ class WordLlamaEmbedder:
         """WordLlama's vector of a text is the mean of its tokens' rows, normalized: a window's is the difference of
         two running sums of the file's rows, taken at the windows' edges. Each token is read once, however much the
         windows overlap (`auto` chunking reads every token twice the other way), and no window is tokenized again."""
-        table: npt.NDArray[np.float32] = self._model.embedding
+        table = self.table
         if not windows:
             return np.zeros((0, table.shape[1]), dtype=np.float32)
         ids = np.clip(ids, 0, table.shape[0] - 1)
@@ -97,6 +101,28 @@ class WordLlamaEmbedder:
         rows = np.stack([(sums[end] - sums[start]) / max(end - start, 1) for start, end in windows])
         rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
         return rows.astype(np.float32)
+
+
+def package_folder(name: str) -> Path:
+    """An installed package's folder, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"the {name} package is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def read_table(path: Path, tensor: str) -> npt.NDArray[np.float32]:
+    """One tensor of a safetensors file as float32 (the format: an 8-byte header length, a JSON header of each
+    tensor's dtype, shape and byte offsets, then the data)."""
+    data = path.read_bytes()
+    (size,) = struct.unpack("<Q", data[:8])
+    entry = json.loads(data[8 : 8 + size])[tensor]
+    dtype = {"F16": "<f2", "F32": "<f4", "BF16": None}[entry["dtype"]]
+    if dtype is None:
+        raise ValueError(f"{path.name}: {tensor} is bfloat16, which this reader does not take")
+    start, end = entry["data_offsets"]
+    values = np.frombuffer(data, dtype=dtype, count=(end - start) // np.dtype(dtype).itemsize, offset=8 + size + start)
+    return np.ascontiguousarray(values.reshape(entry["shape"]).astype(np.float32))
 
 
 @cache

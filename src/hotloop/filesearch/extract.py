@@ -156,11 +156,9 @@ def _html(text: str) -> str:
 def _pdf(data: bytes) -> str:
     import io
 
-    try:
-        from pypdf import PdfReader
-        from pypdf.errors import PyPdfError
-    except ImportError:  # the hotloop[filesearch] extra
-        raise Unextractable("PDF files need the pypdf package (pip install 'hotloop[filesearch]').") from None
+    from pypdf import PdfReader  # imported by the first PDF only
+    from pypdf.errors import PyPdfError
+
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:

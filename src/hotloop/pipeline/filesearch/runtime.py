@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hotloop.errors import HotloopError, InvalidParam, NotFound
+from hotloop.errors import InvalidParam, NotFound
 from hotloop.observability.metrics import Metrics
 from hotloop.pipeline.filesearch.index import Indexes
 from hotloop.pipeline.filesearch.ingestion import Ingestion, IngestRecord
@@ -25,17 +25,6 @@ LATENCIES_KEPT = 1024  # the last searches' latencies, for the console's percent
 
 def missing_store(store_id: str, param: str = "vector_store_id") -> NotFound:
     return NotFound(f"No vector store found with id '{store_id}'.", param=param, code="vector_store_not_found")
-
-
-class FileSearchNotInstalled(HotloopError):
-    """501: the embedded embeddings' package is missing (the `hotloop[filesearch]` extra)."""
-
-    status = 501
-    type = "server_error"
-    code = "file_search_not_installed"
-
-    def __init__(self) -> None:
-        super().__init__("file_search needs the wordllama package on this server: pip install 'hotloop[filesearch]'.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +60,9 @@ class FileSearch:
             return self._indexes
         async with self._loading:
             if self._indexes is None:
-                try:
-                    from hotloop.filesearch.embed import default_embedder
+                from hotloop.filesearch.embed import default_embedder  # numpy and the model: on the first search
 
-                    embedder = await asyncio.to_thread(default_embedder)
-                except ImportError:
-                    raise FileSearchNotInstalled() from None
-                self._indexes = Indexes(self.store, embedder)
+                self._indexes = Indexes(self.store, await asyncio.to_thread(default_embedder))
         return self._indexes
 
     async def search(

@@ -1,6 +1,6 @@
 """The Embeddings API (`/v1/embeddings`) on the model file_search embeds with (filesearch/embed.py): OpenAI's shape,
-so a client, or a peer server pointed at hotloop for its embeddings, uses it unchanged. It is served when the model
-is installed (the `hotloop[filesearch]` extra); its name is `EMBEDDING_MODEL`, and it is not among /v1/models (which
+so a client, or a peer server pointed at hotloop for its embeddings, uses it unchanged. The model ships in
+wordllama's wheel; its name is `EMBEDDING_MODEL`, and it is not among /v1/models (which
 lists the models that generate).
 
 Embedding is CPU work (~1 MB of text a second on one core): it runs on a worker thread, one request at a time per
@@ -86,19 +86,9 @@ def _embed_now(texts: list[str], dims: int | None) -> tuple[np.ndarray, int]:
     return vectors.astype("<f4", copy=False), sum(counts)
 
 
-def available() -> bool:
-    try:
-        import wordllama  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 async def create(service: Service, body: bytes) -> EmbeddingList:
     request = decode_body(create_decoder, body)
     texts, as_base64, dims = _checked(request)
-    if not available():
-        raise ModelNotFound(EMBEDDING_MODEL)
     vectors, tokens = await asyncio.to_thread(_embed, texts, dims)
     data = [
         Embedding(
