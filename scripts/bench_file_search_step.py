@@ -2,15 +2,17 @@
 
 A manual benchmark, never run in CI. One hotloop server (hotloop-sim, SQLite, in this process on a thread) holds a
 vector store of Python's reference topics (`pydoc_data.topics`, 79 files, `auto` chunking). Each run is a streamed
-response whose model searches the store once and answers citing the first result. The server's own stage timings
-(the opt-in `hotloop:timing_metrics` event) give, per response:
+response whose model searches the store once and answers citing the first result.
 
-- `file_search`: the step, from its first search's start to its last item's end (the search, the safety scan of the
-  results, the item's events);
-- `mcp_step`: the prompt's extension with the call and its results before the next generation (tokenizing them);
-
-and the search's own time is the one `FileSearch.search` records. The step's cost beyond the search is
-`file_search + mcp_step - search`. Medians (and p90) over the runs, after a warm-up.
+The step's own work is timed where it runs (its functions wrapped with a clock in this process):
+- `search`: `FileSearch.search`, the search itself (query embedding, both rankings, the texts read);
+- `safety`: the safety stage's scan of the results (a third party's text) before the model reads them;
+- `events`: the call item's end and its events (`file_search_finished`);
+- `extend`: the next generation's request, the prompt extended with the call and its results (`next_generation`:
+  rendering and tokenizing ~8k tokens of results at the default 10).
+`own` = safety + events + extend: what the step adds beyond the search. The server's stage timings (the opt-in
+`hotloop:timing_metrics` event) are shown too: their `file_search` is the step's wall time, which also holds the
+time the stream's consumer takes with each event the step yields (writing them to the socket).
 
     .venv/bin/python scripts/bench_file_search_step.py --runs 50 [--results 10]
 """
@@ -18,11 +20,14 @@ and the search's own time is the one `FileSearch.search` records. The step's cos
 from __future__ import annotations
 
 import argparse
+import collections
+import functools
 import json
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from pydoc_data.topics import topics
 from typing import Any
@@ -40,12 +45,59 @@ QUESTIONS = [
 ]
 
 
+CLOCKS: dict[str, list[float]] = collections.defaultdict(list)
+
+
+def clocked(name: str, function: Callable[..., Any], is_async: bool) -> Callable[..., Any]:
+    if is_async:
+
+        @functools.wraps(function)
+        async def timed_async(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return await function(*args, **kwargs)
+            finally:
+                CLOCKS[name].append((time.perf_counter() - started) * 1e3)
+
+        return timed_async
+
+    @functools.wraps(function)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            CLOCKS[name].append((time.perf_counter() - started) * 1e3)
+
+    return timed
+
+
+def install_clocks() -> None:
+    from hotloop.pipeline.filesearch.runtime import FileSearch
+    from hotloop.pipeline.steps.file_searches import FileSearches
+    from hotloop.pipeline.steps.loop import Steps
+    from hotloop.wire.builder import ResponseBuilder
+
+    FileSearch.search = clocked("search", FileSearch.search, True)  # type: ignore[method-assign]
+    Steps.next_generation = clocked("extend", Steps.next_generation, True)  # type: ignore[method-assign]
+    finished = ResponseBuilder.file_search_finished
+    ResponseBuilder.file_search_finished = clocked("events", finished, False)  # type: ignore[method-assign]
+    scan = FileSearches._scan if hasattr(FileSearches, "_scan") else None
+    if scan is not None:
+        FileSearches._scan = clocked("safety", scan, True)  # type: ignore[method-assign]
+    else:
+        from hotloop.safety import SafetyStage
+
+        SafetyStage.scan_async = clocked("safety", SafetyStage.scan_async, True)  # type: ignore[method-assign]
+
+
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * share))]
 
 
 def run(runs: int, results: int) -> dict[str, Any]:
+    install_clocks()
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(Path(tmp), models=["hotloop-sim"])
         try:
@@ -67,6 +119,7 @@ def run(runs: int, results: int) -> dict[str, Any]:
                     timings = _timings(reply.text)
                     search_s = searches[-1].seconds
                     if n < 5:
+                        CLOCKS.clear()
                         continue  # warm-up: the index is loaded and the model's first searches are done
                     rows.append(
                         {
@@ -78,12 +131,14 @@ def run(runs: int, results: int) -> dict[str, Any]:
                     )
         finally:
             server.stop()
+    own = [sum(values) for values in zip(CLOCKS["safety"], CLOCKS["events"], CLOCKS["extend"], strict=False)]
+    figures = {**{name: [row[name] for row in rows] for name in rows[0]}, **CLOCKS, "own": own}
     return {
-        name: {
-            "p50": round(statistics.median(row[name] for row in rows), 3),
-            "p90": round(percentile([row[name] for row in rows], 0.9), 3),
+        ("stage_" if name in rows[0] else "") + name: {
+            "p50": round(statistics.median(values), 3),
+            "p90": round(percentile(values, 0.9), 3),
         }
-        for name in rows[0]
+        for name, values in figures.items()
     }
 
 

@@ -60,7 +60,7 @@ async def _ingested(store: Store, owner: str, store_id: str, file_id: str, words
     claim = await store.claim_file("lease-" + file_id, time.time())
     assert claim is not None and claim.file_id == file_id
     assert await store.save_chunks(claim, _rows(2, words))
-    assert await store.complete_file(claim, 123)
+    assert await store.complete_file(claim, 123, "m")
     return claim
 
 
@@ -91,13 +91,14 @@ async def test_a_files_chunks_count_once_it_is_completed(store: Store) -> None:
     assert await store.claim_file("lease-2", time.time()) is None  # held
     assert await store.save_chunks(claim, _rows(3, "alpha beta"))
     assert await store.stored_files("vs_a") == []  # not completed yet
-    assert await store.complete_file(claim, 4242)
+    assert await store.complete_file(claim, 4242, "m")
     assert await store.index_version("vs_a") != before
     found = await store.get_vector_store(A, "vs_a")
     assert found is not None and found.status == "completed" and found.usage_bytes == 4242
     assert found.file_counts.completed == found.file_counts.total == 1
     [stored] = await store.stored_files("vs_a")
-    assert (stored.file_id, stored.filename, stored.generation) == ("file_1", "file_1.txt", "lease-1")
+    made = (stored.file_id, stored.filename, stored.generation, stored.model)
+    assert made == ("file_1", "file_1.txt", "lease-1", "m")
     ids, blob, found = await store.chunk_vectors("vs_a", "file_1")
     assert len(ids) == 3 and np.frombuffer(blob, "<f4").reshape(3, 4)[1].tolist() == [0, 1, 0, 0]
     assert [np.frombuffer(one, "<u4").tolist() for one in found] == [terms("alpha beta").tolist()] * 3
@@ -117,8 +118,8 @@ async def test_a_lapsed_lease_is_taken_over_and_the_old_worker_writes_nothing(st
     assert not await store.save_chunks(first, _rows(1, "old"))
     assert not await store.renew_lease(first, later)
     assert await store.save_chunks(second, _rows(2, "new"))
-    assert not await store.complete_file(first, 1)
-    assert await store.complete_file(second, 2)
+    assert not await store.complete_file(first, 1, "m")
+    assert await store.complete_file(second, 2, "m")
     ids, _, _ = await store.chunk_vectors("vs_a", "file_1")
     assert len(ids) == 2  # the first attempt's chunk went when the second claimed the file
 
@@ -149,7 +150,7 @@ async def test_a_cancelled_batch_stops_its_files(store: Store) -> None:
     batch = await store.cancel_batch(A, "vs_a", "vsfb_1")
     assert batch is not None and batch.status == "cancelled" and batch.file_counts.cancelled == 2
     assert not await store.save_chunks(claim, _rows(1, "late"))
-    assert not await store.complete_file(claim, 1)
+    assert not await store.complete_file(claim, 1, "m")
     assert await store.claim_file("lease-2", time.time()) is None
     listed = await store.list_store_files(
         A, "vs_a", after=None, limit=10, order="asc", status="cancelled", batch_id="vsfb_1"

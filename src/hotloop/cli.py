@@ -82,6 +82,9 @@ def serve(settings: Settings) -> int:
         except ValueError as exc:
             print(f"hotloop: {exc}", file=sys.stderr)
             return 2
+    if settings.file_search_embeddings_url and not settings.file_search_embeddings_model:
+        print("hotloop: file_search_embeddings_url needs file_search_embeddings_model", file=sys.stderr)
+        return 2
     exposed = unguarded_host(settings)
     if exposed is not None and not settings.allow_unauthenticated:
         print(refusal(exposed), file=sys.stderr)

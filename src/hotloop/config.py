@@ -89,6 +89,10 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_body_bytes: int = 16 * MiB
     files_max_bytes: int = 512 * MiB
     file_search_workers: int = 1
+    file_search_embeddings_url: str = ""
+    file_search_embeddings_model: str = ""
+    file_search_embeddings_api_key: str = ""
+    file_search_embeddings_dimensions: int = 0
     strict_params: bool = False
     sse_done: bool = True
     stream_flush_ms: float = 5.0
@@ -208,6 +212,11 @@ HELP: dict[str, str] = {
     "stored.",
     "file_search_workers": "Processes that ingest vector stores' files (extract, chunk, embed), one file at a time "
     "each, at a lower priority than the server; 0: none on this replica (another one ingests).",
+    "file_search_embeddings_url": "An OpenAI-compatible /v1 base URL whose /embeddings file_search embeds with (vLLM, "
+    "llama.cpp, TEI, Ollama); empty: the embedded model (wordllama-l2-supercat-256).",
+    "file_search_embeddings_model": "The model named to file_search_embeddings_url.",
+    "file_search_embeddings_api_key": "The key sent to file_search_embeddings_url (never logged).",
+    "file_search_embeddings_dimensions": "`dimensions` asked of file_search_embeddings_url; 0: the model's own.",
     "strict_params": "Reject unknown request fields with 400 unknown_parameter instead of ignoring them.",
     "sse_done": "End SSE streams with `data: [DONE]`.",
     "stream_flush_ms": "WebSocket and SSE: a delta event that follows the last written delta by less than this many "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from hotloop.filesearch.chunk import Strategy
+from hotloop.filesearch.chunk import Strategy, windows
 from hotloop.filesearch.embed import default_embedder, embed_file
 from hotloop.filesearch.extract import Unextractable, extract
 from hotloop.filesearch.lexical import terms
@@ -29,18 +29,24 @@ class Ingested:
     failure: str | None = None  # why the file has no text (Unextractable's message), instead of chunks
 
 
-def ingest(filename: str, data: bytes, max_tokens: int, overlap: int) -> Ingested:
-    """Never raises for what the file holds: a file whose text cannot be read gives `failure`."""
+def ingest(filename: str, data: bytes, max_tokens: int, overlap: int, embed: bool = True) -> Ingested:
+    """Never raises for what the file holds: a file whose text cannot be read gives `failure`. `embed` false: no
+    vectors (an upstream embeds the chunks: pipeline/filesearch/embeddings.py); the windows are the same."""
     embedder = default_embedder()
     try:
         text = extract(filename, data)
     except Unextractable as exc:
         return Ingested([], b"", embedder.dims, 0, failure=str(exc))
-    cut, vectors = embed_file(text, embedder, Strategy(max_tokens, overlap))
+    if embed:
+        cut, vectors = embed_file(text, embedder, Strategy(max_tokens, overlap))
+    else:
+        cut, vectors = windows(text, embedder.tokens(text)[1], Strategy(max_tokens, overlap)), None
     chunks = [(chunk.start, chunk.end, chunk.text) for chunk in cut]
     found = [terms(chunk.text).astype("<u4").tobytes() for chunk in cut]
-    usage = sum(len(chunk.text.encode()) for chunk in cut) + vectors.nbytes + sum(map(len, found))
-    return Ingested(chunks, vectors.astype("<f4").tobytes(), embedder.dims, usage, found)
+    usage = sum(len(chunk.text.encode()) for chunk in cut) + sum(map(len, found))
+    if vectors is None:
+        return Ingested(chunks, b"", 0, usage, found)
+    return Ingested(chunks, vectors.astype("<f4").tobytes(), embedder.dims, usage + vectors.nbytes, found)
 
 
 def start_worker() -> None:

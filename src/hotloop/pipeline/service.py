@@ -21,7 +21,7 @@ from hotloop.observability.history import FAMILIES as HISTORY_FAMILIES
 from hotloop.observability.history import History
 from hotloop.observability.metrics import CacheSize, Metrics
 from hotloop.observability.tracing import Tracing
-from hotloop.pipeline.filesearch.runtime import FileSearch
+from hotloop.pipeline.filesearch.runtime import FileSearch, embeddings_of
 from hotloop.pipeline.mcp.declare import allowed, same_server
 from hotloop.pipeline.mcp.recent import RecentCalls
 from hotloop.pipeline.resend import ResendCache
@@ -111,7 +111,7 @@ class Service:
         )
         self.metrics = Metrics()
         # Vector stores' ingestion and search (pipeline/filesearch/, docs/file-search.md).
-        self.file_search = FileSearch(store, settings.file_search_workers, self.metrics)
+        self.file_search = FileSearch(store, settings.file_search_workers, self.metrics, embeddings_of(settings))
         # OpenTelemetry traces (docs/tracing.md): None while off, so a turn only checks for None.
         self.tracing = Tracing.configured(
             settings.otel_endpoint, settings.otel_protocol, settings.otel_traces, settings.otel_content

@@ -24,6 +24,7 @@ CREATE TABLE IF NOT EXISTS {s}.vector_store_files (
     lease_until DOUBLE PRECISION NOT NULL DEFAULT 0,
     attempts INTEGER NOT NULL DEFAULT 0,
     usage_bytes BIGINT NOT NULL DEFAULT 0,
+    model TEXT NOT NULL DEFAULT '',
     body BYTEA NOT NULL,
     PRIMARY KEY (vector_store_id, file_id)
 );
@@ -104,7 +105,8 @@ VSF_LEASE = """UPDATE {s}.vector_store_files SET lease = $3, lease_until = $4, a
 WHERE vector_store_id = $1 AND file_id = $2"""
 VSF_RENEW = """UPDATE {s}.vector_store_files SET lease_until = $4 WHERE vector_store_id = $1 AND file_id = $2
 AND status = 'in_progress' AND lease = $3 RETURNING 1"""
-VSF_COMPLETED = """SELECT v.file_id, f.body, v.body, v.lease FROM {s}.vector_store_files v
+VSF_MODEL = "UPDATE {s}.vector_store_files SET model = $3 WHERE vector_store_id = $1 AND file_id = $2"
+VSF_COMPLETED = """SELECT v.file_id, f.body, v.body, v.lease, v.model FROM {s}.vector_store_files v
 JOIN {s}.files f ON f.id = v.file_id WHERE v.vector_store_id = $1 AND v.status = 'completed'"""
 
 VSB_INSERT = "INSERT INTO {s}.vector_store_batches (id, vector_store_id, owner, created_at) VALUES ($1, $2, $3, $4)"

@@ -241,7 +241,7 @@ class PostgresVectorStores:
             )
             return True
 
-    async def complete_file(self, claim: Claim, usage_bytes: int) -> bool:
+    async def complete_file(self, claim: Claim, usage_bytes: int, model: str) -> bool:
         async with self._transaction() as conn:
             file = await self._held(conn, claim)
             if file is None:
@@ -250,6 +250,7 @@ class PostgresVectorStores:
                 return False
             file.status, file.usage_bytes, file.last_error = "completed", usage_bytes, None
             await self._set_file(conn, file)
+            await conn.execute(self._sql["VSF_MODEL"], claim.vector_store_id, claim.file_id, model)
             await conn.execute(self._sql["VS_BUMP"], claim.vector_store_id)
             return True
 
@@ -269,9 +270,9 @@ class PostgresVectorStores:
 
     async def stored_files(self, store_id: str) -> list[StoredFile]:
         out = []
-        for file_id, file_body, body, lease in await self._fetch("VSF_COMPLETED", store_id):
+        for file_id, file_body, body, lease, model in await self._fetch("VSF_COMPLETED", store_id):
             filename = msgspec.json.decode(file_body)["filename"]
-            out.append(StoredFile(file_id, filename, file_decoder.decode(body).attributes, lease or ""))
+            out.append(StoredFile(file_id, filename, file_decoder.decode(body).attributes, lease or "", model))
         return out
 
     async def chunk_vectors(self, store_id: str, file_id: str) -> tuple[list[int], bytes, list[bytes]]:

@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS vector_store_files (
     lease TEXT,
     lease_until REAL NOT NULL DEFAULT 0,
     attempts INTEGER NOT NULL DEFAULT 0,
+    model TEXT NOT NULL DEFAULT '',
     body BLOB NOT NULL,
     PRIMARY KEY (vector_store_id, file_id)
 ) WITHOUT ROWID;
@@ -386,7 +387,7 @@ class SQLiteVectorStores:
 
         return await self._write(work)
 
-    async def complete_file(self, claim: Claim, usage_bytes: int) -> bool:
+    async def complete_file(self, claim: Claim, usage_bytes: int, model: str) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
             file = _held_file(conn, claim)
             if file is None:
@@ -394,6 +395,10 @@ class SQLiteVectorStores:
                 return False
             file.status, file.usage_bytes, file.last_error = "completed", usage_bytes, None
             _set_file(conn, file)
+            conn.execute(
+                "UPDATE vector_store_files SET model = ? WHERE vector_store_id = ? AND file_id = ?",
+                (model, claim.vector_store_id, claim.file_id),
+            )
             _bump(conn, claim.vector_store_id)
             return True
 
@@ -421,14 +426,15 @@ class SQLiteVectorStores:
     async def stored_files(self, store_id: str) -> list[StoredFile]:
         def work(conn: sqlite3.Connection) -> list[StoredFile]:
             rows = conn.execute(
-                "SELECT v.file_id, f.body, v.body, v.lease FROM vector_store_files v JOIN files f ON f.id = v.file_id "
+                "SELECT v.file_id, f.body, v.body, v.lease, v.model FROM vector_store_files v "
+                "JOIN files f ON f.id = v.file_id "
                 "WHERE v.vector_store_id = ? AND v.status = 'completed'",
                 (store_id,),
             ).fetchall()
             out = []
-            for file_id, file_body, body, lease in rows:
+            for file_id, file_body, body, lease, model in rows:
                 filename = msgspec.json.decode(file_body)["filename"]
-                out.append(StoredFile(file_id, filename, file_decoder.decode(body).attributes, lease or ""))
+                out.append(StoredFile(file_id, filename, file_decoder.decode(body).attributes, lease or "", model))
             return out
 
         return await self._read(work)

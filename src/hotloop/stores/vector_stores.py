@@ -76,6 +76,7 @@ class StoredFile(msgspec.Struct, frozen=True):
     filename: str
     attributes: Attributes | None
     generation: str  # the lease that completed it: a file ingested again is a different generation
+    model: str = ""  # the embedding model of its vectors
 
 
 def with_counts(store: VectorStore, counts: FileCounts, usage_bytes: int, now: int) -> VectorStore:
@@ -177,8 +178,9 @@ class VectorStoreStore(Protocol):
         no longer the file's."""
         ...
 
-    async def complete_file(self, claim: Claim, usage_bytes: int) -> bool:
-        """The file's chunks count from now on; False when the claim is no longer the file's (its chunks go)."""
+    async def complete_file(self, claim: Claim, usage_bytes: int, model: str) -> bool:
+        """The file's chunks count from now on, their vectors `model`'s; False when the claim is no longer the
+        file's (its chunks go)."""
         ...
 
     async def fail_file(self, claim: Claim, error: LastError) -> None: ...

@@ -10,6 +10,7 @@ made them) and rebuilds the in-memory index from what it keeps. Scoring and rebu
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,12 +18,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from hotloop.filesearch.embed import Embedder, Vectors
+from hotloop.filesearch.embed import Vectors
 from hotloop.filesearch.filters import Predicate
 from hotloop.filesearch.hybrid import CANDIDATES, RRF_K, Hit, fuse
 from hotloop.filesearch.lexical import LexicalIndex, Terms, query_terms
+from hotloop.pipeline.filesearch.embeddings import Embeddings
 from hotloop.stores.vector_stores import StoredFile, VectorStoreStore
 
+log = logging.getLogger("hotloop.filesearch")
 KEPT_STORES = 64  # vector stores whose vectors a replica keeps in memory, least recently searched dropped first
 
 
@@ -31,6 +34,7 @@ class FileChunks:
     """One completed file's chunks as the index keeps them, by the ingestion that made them (`generation`)."""
 
     generation: str
+    model: str  # the embedding model of `vectors`
     ids: npt.NDArray[np.int64]
     vectors: Vectors
     terms: list[Terms]
@@ -49,13 +53,22 @@ class StoreVectors:
     order: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))  # rows sorted by chunk id
     lexical: LexicalIndex = field(default_factory=lambda: LexicalIndex([]))
 
-    def assemble(self, dims: int) -> None:
+    def assemble(self, model: str) -> int:
+        """The store's arrays from its files'; a file whose vectors are another model's gets zero rows (it is
+        found by its words only). Returns how many files that is."""
         parts = [self.by_file[file.file_id] for file in self.files]
+        dims = next((part.vectors.shape[1] for part in parts if part.model == model and len(part.ids)), 0)
+        ours = [part.model == model and part.vectors.shape[1] == dims for part in parts]
+        rows = [
+            part.vectors if mine else np.zeros((len(part.ids), dims), np.float32)
+            for part, mine in zip(parts, ours, strict=True)
+        ]
         self.ids = np.concatenate([part.ids for part in parts]) if parts else np.zeros(0, np.int64)
-        self.matrix = np.concatenate([part.vectors for part in parts]) if parts else np.zeros((0, dims), np.float32)
+        self.matrix = np.concatenate(rows) if parts else np.zeros((0, dims), np.float32)
         self.file_of = np.repeat(np.arange(len(parts), dtype=np.int32), [len(part.ids) for part in parts])
         self.order = np.argsort(self.ids, kind="stable")
         self.lexical = LexicalIndex([terms for part in parts for terms in part.terms])
+        return ours.count(False)
 
     def rows(self, chunk_ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The rows of `chunk_ids` (-1 for a chunk not here: its file is not completed)."""
@@ -75,9 +88,9 @@ class Found:
 
 
 class Indexes:
-    def __init__(self, store: VectorStoreStore, embedder: Embedder) -> None:
+    def __init__(self, store: VectorStoreStore, embeddings: Embeddings) -> None:
         self.store = store
-        self.embedder = embedder
+        self.embeddings = embeddings
         self._kept: OrderedDict[str, StoreVectors] = OrderedDict()
         self._loading: dict[str, asyncio.Lock] = {}
 
@@ -108,11 +121,19 @@ class Indexes:
                 by_file[file.file_id] = had
                 continue
             ids, blob, terms = await self.store.chunk_vectors(store_id, file.file_id)
-            matrix = np.frombuffer(blob, dtype="<f4").reshape(len(ids), self.embedder.dims)
+            matrix = np.frombuffer(blob, dtype="<f4").reshape(len(ids), -1)
             found = [np.frombuffer(one, dtype="<u4") for one in terms]
-            by_file[file.file_id] = FileChunks(file.generation, np.asarray(ids, np.int64), matrix, found)
+            by_file[file.file_id] = FileChunks(file.generation, file.model, np.asarray(ids, np.int64), matrix, found)
         loaded = StoreVectors(version, files, by_file)
-        await asyncio.to_thread(loaded.assemble, self.embedder.dims)
+        others = await asyncio.to_thread(loaded.assemble, self.embeddings.name)
+        if others:
+            log.warning(
+                "vector store %s: %d files' vectors are of another embedding model than %s; they are found by their "
+                "words only until they are added again",
+                store_id,
+                others,
+                self.embeddings.name,
+            )
         return loaded
 
     async def search(
@@ -126,7 +147,7 @@ class Indexes:
         """The best `limit` chunks of `stores` for `queries`, scored 0 to 1 (`weights`: text, embedding)."""
         masks = [_mask(store, allow) for store in stores]
         depth = max(limit, CANDIDATES)
-        query_vectors = await asyncio.to_thread(self.embedder.embed, list(queries))
+        query_vectors = await self.embeddings.embed(list(queries))
         rankings: list[list[Hit]] = []
         used: list[float] = []
         for query, vector in zip(queries, query_vectors, strict=True):
@@ -173,7 +194,8 @@ def _rankings(
         if not len(store.ids):
             continue
         lexical += _best(stores, which, store.lexical.scores(wanted), masks[which], depth, positive=True)
-        semantic += _best(stores, which, store.matrix @ vector, masks[which], depth, positive=False)
+        if store.matrix.shape[1] == len(vector):  # else no file has this model's vectors
+            semantic += _best(stores, which, store.matrix @ vector, masks[which], depth, positive=False)
     lexical.sort(key=lambda hit: -hit.score)
     semantic.sort(key=lambda hit: -hit.score)
     return [lexical[:depth], semantic[:depth]]

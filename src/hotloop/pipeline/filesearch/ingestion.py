@@ -21,8 +21,10 @@ from typing import Protocol
 import numpy as np
 
 from hotloop.errors import HotloopError
+from hotloop.filesearch.embed import Vectors
 from hotloop.filesearch.ingest import Ingested, ingest, start_worker
 from hotloop.ids import new_id
+from hotloop.pipeline.filesearch.embeddings import Embeddings
 from hotloop.stores.base import Store
 from hotloop.stores.vector_stores import LEASE_S, ChunkRow, Claim
 from hotloop.wire.vector_stores import LastError
@@ -57,8 +59,9 @@ class Reporter(Protocol):
 
 
 class Ingestion:
-    def __init__(self, store: Store, workers: int, report: Reporter) -> None:
+    def __init__(self, store: Store, workers: int, report: Reporter, embeddings: Embeddings) -> None:
         self.store = store
+        self.embeddings = embeddings
         self.report = report
         self.workers = workers
         self._wake = asyncio.Event()
@@ -137,7 +140,9 @@ class Ingestion:
             await self.store.fail_file(claim, LastError(code="unsupported_file", message=done.failure))
             return "failed", done.failure
         record.chunks = len(done.chunks)
-        if await self._save(claim, done) and await self.store.complete_file(claim, done.usage_bytes):
+        vectors, usage = await self._vectors(done)
+        model = self.embeddings.name
+        if await self._save(claim, done, vectors) and await self.store.complete_file(claim, usage, model):
             return "completed", None
         return "lost", None  # cancelled, removed or taken over meanwhile: nothing of it counts
 
@@ -145,8 +150,9 @@ class Ingestion:
         loop = asyncio.get_running_loop()
         for attempt in (1, 2):
             try:
+                in_worker = self.embeddings.in_worker
                 return await loop.run_in_executor(
-                    self._workers(), ingest, filename, content, claim.max_tokens, claim.overlap
+                    self._workers(), ingest, filename, content, claim.max_tokens, claim.overlap, in_worker
                 )
             except BrokenProcessPool:  # a worker died (killed, out of memory): a fresh pool, once
                 self._pool = None
@@ -161,11 +167,17 @@ class Ingestion:
             self._pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=start_worker)
         return self._pool
 
-    async def _save(self, claim: Claim, done: Ingested) -> bool:
-        vectors = np.frombuffer(done.vectors, dtype="<f4").reshape(-1, done.dims) if done.chunks else None
+    async def _vectors(self, done: Ingested) -> tuple[Vectors, int]:
+        """The chunks' vectors (the worker's, or the embeddings upstream's) and the bytes the chunks take."""
+        if self.embeddings.in_worker or not done.chunks:
+            return np.frombuffer(done.vectors, dtype="<f4").reshape(len(done.chunks), -1), done.usage_bytes
+        vectors = await self.embeddings.embed([text for _, _, text in done.chunks])
+        return vectors.astype("<f4", copy=False), done.usage_bytes + vectors.nbytes
+
+    async def _save(self, claim: Claim, done: Ingested, vectors: Vectors) -> bool:
         for first in range(0, len(done.chunks), SAVE_ROWS):
             rows = [
-                ChunkRow(seq, start, end, text, vectors[seq].tobytes(), done.terms[seq])  # type: ignore[index]
+                ChunkRow(seq, start, end, text, vectors[seq].tobytes(), done.terms[seq])
                 for seq, (start, end, text) in enumerate(done.chunks[first : first + SAVE_ROWS], start=first)
             ]
             if not await self.store.save_chunks(claim, rows):

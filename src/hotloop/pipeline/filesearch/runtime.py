@@ -4,14 +4,15 @@ never a file's name or text, which may be a user's data."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hotloop.config import Settings
 from hotloop.errors import InvalidParam, NotFound
 from hotloop.observability.metrics import Metrics
+from hotloop.pipeline.filesearch.embeddings import EmbeddedModel, Embeddings, UpstreamEmbeddings
 from hotloop.pipeline.filesearch.index import Indexes
 from hotloop.pipeline.filesearch.ingestion import Ingestion, IngestRecord
 from hotloop.pipeline.filesearch.search import SearchOptions
@@ -21,6 +22,18 @@ from hotloop.wire.vector_stores import SearchResult, TextContent
 
 RECORDS_KEPT = 64  # the latest ingestions and searches the console lists
 LATENCIES_KEPT = 1024  # the last searches' latencies, for the console's percentiles
+
+
+def embeddings_of(settings: Settings) -> Embeddings:
+    """The embeddings the settings name: an upstream's (`file_search_embeddings_url`) or the embedded model."""
+    if not settings.file_search_embeddings_url:
+        return EmbeddedModel()
+    return UpstreamEmbeddings(
+        settings.file_search_embeddings_url,
+        settings.file_search_embeddings_model,
+        settings.file_search_embeddings_api_key,
+        settings.file_search_embeddings_dimensions,
+    )
 
 
 def missing_store(store_id: str, param: str = "vector_store_id") -> NotFound:
@@ -38,12 +51,12 @@ class SearchRecord:
 
 
 class FileSearch:
-    def __init__(self, store: Store, workers: int, metrics: Metrics) -> None:
+    def __init__(self, store: Store, workers: int, metrics: Metrics, embeddings: Embeddings | None = None) -> None:
         self.store = store
         self.metrics = metrics
-        self.ingestion = Ingestion(store, workers, self)
+        self.embeddings = embeddings or EmbeddedModel()
+        self.ingestion = Ingestion(store, workers, self, self.embeddings)
         self._indexes: Indexes | None = None
-        self._loading = asyncio.Lock()
         self.ingestions: deque[IngestRecord] = deque(maxlen=RECORDS_KEPT)
         self.searches: deque[SearchRecord] = deque(maxlen=RECORDS_KEPT)
         self.latencies: deque[float] = deque(maxlen=LATENCIES_KEPT)
@@ -53,16 +66,11 @@ class FileSearch:
 
     async def stop(self) -> None:
         await self.ingestion.stop()
+        await self.embeddings.close()
 
-    async def indexes(self) -> Indexes:
-        """The search indexes, the embedded model loaded (once, ~0.5 s, off the event loop) on the first search."""
-        if self._indexes is not None:
-            return self._indexes
-        async with self._loading:
-            if self._indexes is None:
-                from hotloop.filesearch.embed import default_embedder  # numpy and the model: on the first search
-
-                self._indexes = Indexes(self.store, await asyncio.to_thread(default_embedder))
+    def indexes(self) -> Indexes:
+        if self._indexes is None:
+            self._indexes = Indexes(self.store, self.embeddings)
         return self._indexes
 
     async def search(
@@ -85,7 +93,7 @@ class FileSearch:
                 raise missing_store(store_id, param)
             if store.status == "expired":
                 raise InvalidParam(f"Vector store '{store_id}' has expired.", param=param, code="vector_store_expired")
-        indexes = await self.indexes()
+        indexes = self.indexes()
         loaded = [await indexes.vectors(store_id) for store_id in store_ids]
         stores = [found for found in loaded if found is not None]
         if len(stores) != len(store_ids):  # deleted meanwhile
