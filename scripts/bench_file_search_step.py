@@ -14,7 +14,10 @@ The step's own work is timed where it runs (its functions wrapped with a clock i
 `hotloop:timing_metrics` event) are shown too: their `file_search` is the step's wall time, which also holds the
 time the stream's consumer takes with each event the step yields (writing them to the socket).
 
-    .venv/bin/python scripts/bench_file_search_step.py --runs 50 [--results 10]
+With `--ingest-mb N`, plain responses (no tools) are then timed alone and while N MB of the standard library's
+.py files are uploaded and ingested beside them: what ingestion costs the loops sharing the server.
+
+    .venv/bin/python scripts/bench_file_search_step.py --runs 50 [--results 10] [--ingest-mb 4]
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -96,7 +100,64 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * share))]
 
 
-def run(runs: int, results: int) -> dict[str, Any]:
+def stdlib_corpus(megabytes: float) -> list[tuple[str, bytes]]:
+    """The standard library's own .py files, about `megabytes` of them (a corpus every machine here has)."""
+    root = Path(json.__file__).resolve().parent.parent
+    files: list[tuple[str, bytes]] = []
+    size = 0
+    for path in sorted(root.glob("*.py")) + sorted(root.glob("*/*.py")):
+        data = path.read_bytes()
+        if not data.strip() or size >= megabytes * 1e6:
+            continue
+        files.append((f"{len(files)}-{path.name}", data))
+        size += len(data)
+    return files
+
+
+def while_ingesting(server: Any, runs: int, megabytes: float) -> dict[str, Any]:
+    """Plain responses (no tools) timed alone, then while a batch of `megabytes` is uploaded and ingested."""
+    client = server.client()
+    body = {"model": "hotloop-sim", "input": "Say something short."}
+
+    def timed_responses(until: Callable[[], bool] | None) -> list[float]:
+        out = []
+        with httpx.Client(base_url=server.base_url, headers={"authorization": "Bearer test-key"}, timeout=60) as http:
+            while len(out) < runs or (until is not None and not until()):
+                started = time.perf_counter()
+                http.post("/responses", json=body).raise_for_status()
+                out.append((time.perf_counter() - started) * 1e3)
+        return out
+
+    alone = timed_responses(None)
+    files = stdlib_corpus(megabytes)
+    store = client.vector_stores.create(name="stdlib")
+    done: list[Any] = []
+    started = time.perf_counter()
+    worker = threading.Thread(
+        target=lambda: done.append(
+            client.vector_stores.file_batches.upload_and_poll(vector_store_id=store.id, files=files)
+        )
+    )
+    worker.start()
+    during = timed_responses(lambda: bool(done))
+    worker.join()
+    seconds = time.perf_counter() - started
+    size = sum(len(data) for _, data in files)
+    return {
+        "ingested_mb": round(size / 1e6, 2),
+        "files": len(files),
+        "upload_and_ingest_s": round(seconds, 1),
+        "completed": done[0].file_counts.completed,
+        "response_alone_ms": {"p50": round(statistics.median(alone), 2), "p99": round(percentile(alone, 0.99), 2)},
+        "response_while_ingesting_ms": {
+            "p50": round(statistics.median(during), 2),
+            "p99": round(percentile(during, 0.99), 2),
+            "n": len(during),
+        },
+    }
+
+
+def run(runs: int, results: int, ingest_mb: float) -> dict[str, Any]:
     install_clocks()
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(Path(tmp), models=["hotloop-sim"])
@@ -129,17 +190,19 @@ def run(runs: int, results: int) -> dict[str, Any]:
                             "beyond_ms": timings["file_search"] + timings.get("mcp_step", 0.0) - search_s * 1e3,
                         }
                     )
+            beside = while_ingesting(server, runs, ingest_mb) if ingest_mb else {}
         finally:
             server.stop()
     own = [sum(values) for values in zip(CLOCKS["safety"], CLOCKS["events"], CLOCKS["extend"], strict=False)]
     figures = {**{name: [row[name] for row in rows] for name in rows[0]}, **CLOCKS, "own": own}
-    return {
+    step = {
         ("stage_" if name in rows[0] else "") + name: {
             "p50": round(statistics.median(values), 3),
             "p90": round(percentile(values, 0.9), 3),
         }
         for name, values in figures.items()
     }
+    return {**step, "while_ingesting": beside}
 
 
 def _timings(sse: str) -> dict[str, float]:
@@ -154,9 +217,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--results", type=int, default=10, help="max_num_results of the tool")
+    parser.add_argument(
+        "--ingest-mb", type=float, default=0, help="then time plain responses alone and while this much is ingested"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
-    print(json.dumps({"runs": args.runs, "max_num_results": args.results, **run(args.runs, args.results)}, indent=1))
+    figures = run(args.runs, args.results, args.ingest_mb)
+    print(json.dumps({"runs": args.runs, "max_num_results": args.results, **figures}, indent=1))
     print(f"({time.perf_counter() - started:.0f} s)", file=sys.stderr)
 
 
