@@ -239,14 +239,14 @@ class SimBackend:
     def _file_search(
         self, request: GenerationRequest, rng: random.Random
     ) -> list[tuple[ToolSpec | str | None, list[str]]] | None:
-        """With `file_search` offered (or after a search), by the prompt's latest messages: a user's message is
+        """With `file_search` offered, by the prompt's latest messages: a user's message is
         searched (its words as the query; `parallel_calls` searches when parallel calls are allowed); a search's
         results are answered with a sentence citing the first, `[1]`. None: the usual policy."""
         if self._decode is None:
             return None
         offered = request.tools if request.tool_choice != "none" else ()
         spec = next((spec for spec in offered if spec.kind == file_search.KIND), None)
-        if spec is None and request.calls_so_far == 0:
+        if spec is None:  # reading the prompt's tail costs a decode: only where file_search is offered
             return None
         if request.forced_tool is not None and (spec is None or request.forced_tool != spec.prompt_name):
             return None
