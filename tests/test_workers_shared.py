@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import psutil
 import pytest
 from websockets.exceptions import InvalidStatus
@@ -179,3 +180,20 @@ def test_a_key_s_tokens_a_minute_are_the_server_s(tmp_path: Path) -> None:
         status, refused = two.request("POST", "/responses", {"model": SIM, "input": "and now?"})
         assert status == 429 and refused["error"]["type"] == "tokens", refused
         assert create_as(server, "key-b").status_code == 200  # the window is the key's
+
+
+def test_the_replica_s_ingestion_processes_run_under_its_first_worker(tmp_path: Path) -> None:
+    """`file_search_workers` is the replica's: under a supervisor of two workers, one worker spawns them all."""
+    with ServerProcess(tmp_path, workers=2, file_search_workers=2) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="any", max_retries=0)
+        store = client.vector_stores.create(name="one worker ingests")
+        for n in range(4):  # through fresh connections, so both workers take some
+            entry = client.vector_stores.files.upload_and_poll(
+                vector_store_id=store.id, file=(f"n{n}.txt", f"note {n} about owls".encode()), poll_interval_ms=100
+            )
+            assert entry.status == "completed"
+        spawned = {
+            worker.pid: [child for child in worker.children() if "multiprocessing" in " ".join(child.cmdline())]
+            for worker in workers_of(server)
+        }
+        assert sorted(len(children) for children in spawned.values()) == [0, 2], spawned

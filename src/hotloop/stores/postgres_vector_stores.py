@@ -73,7 +73,11 @@ class PostgresVectorStores:
     async def put_vector_store(self, owner: str, store: VectorStore) -> None:
         await self._fetch("VS_PUT", store.id, owner, store.created_at, msgspec.json.encode(store))
 
-    async def get_vector_store(self, owner: str, store_id: str) -> VectorStore | None:
+    async def get_vector_store(self, owner: str, store_id: str, counted: bool = True) -> VectorStore | None:
+        if not counted:
+            rows = await self._fetch("VS_OWNED", store_id, owner)
+            now = int(time.time())
+            return with_counts(store_decoder.decode(rows[0][0]), FileCounts(), 0, now) if rows else None
         async with self._transaction() as conn:
             body = await conn.fetchval(self._sql["VS_OWNED"], store_id, owner)
             return await self._store(conn, body, int(time.time())) if body is not None else None

@@ -166,14 +166,16 @@ class SQLiteVectorStores:
             )
         )
 
-    async def get_vector_store(self, owner: str, store_id: str) -> VectorStore | None:
+    async def get_vector_store(self, owner: str, store_id: str, counted: bool = True) -> VectorStore | None:
         now = int(time.time())
 
         def work(conn: sqlite3.Connection) -> VectorStore | None:
-            row = conn.execute(
-                "SELECT body FROM vector_stores WHERE id = ? AND owner = ?", (store_id, owner)
-            ).fetchone()
-            return _store(conn, row[0], now) if row else None
+            row = conn.execute(_OWNED, (store_id, owner)).fetchone()
+            if row is None:
+                return None
+            if not counted:
+                return with_counts(store_decoder.decode(row[0]), FileCounts(), 0, now)
+            return _store(conn, row[0], now)
 
         return await self._read(work)
 

@@ -80,7 +80,10 @@ class Supervisor:
         self.limits = LimitTable(self.share / LIMITS_FILE, 0)
         # llama.cpp's default of every core per process would have N workers fight over the cores: each gets its share.
         threads = settings.llama_threads or max(1, available_cores() // settings.workers)
-        self._settings_json = msgspec.json.encode(msgspec.structs.replace(settings, workers=1, llama_threads=threads))
+        one = msgspec.structs.replace(settings, workers=1, llama_threads=threads)
+        self._settings_json = msgspec.json.encode(one)
+        # file_search's ingestion processes are the replica's, not each worker's: the first worker runs them all.
+        self._others_json = msgspec.json.encode(msgspec.structs.replace(one, file_search_workers=0))
         self._env = {
             **os.environ,
             SOCKET_ENV: str(sock.fileno()),
@@ -101,7 +104,7 @@ class Supervisor:
         assert worker.stdin is not None
         with worker.stdin:
             try:
-                worker.stdin.write(self._settings_json)
+                worker.stdin.write(self._settings_json if index == 0 else self._others_json)
             except BrokenPipeError:  # it died at once; the watch loop sees its exit status
                 pass
         return worker

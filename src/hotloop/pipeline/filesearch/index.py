@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -151,7 +152,14 @@ class Indexes:
         rankings: list[list[Hit]] = []
         used: list[float] = []
         for query, vector in zip(queries, query_vectors, strict=True):
-            rankings += await asyncio.to_thread(_rankings, stores, masks, query, vector, depth)
+            # The two rankings on two worker threads at once (numpy releases the GIL): on two cores, the vector
+            # scan (the larger, a read of every vector) and BM25 overlap. A ranking weighed 0 is not computed.
+            text_weight, vector_weight = weights
+            lexical, semantic = await asyncio.gather(
+                _ranked(text_weight, _lexical_ranking, stores, masks, query_terms(query), depth),
+                _ranked(vector_weight, _vector_ranking, stores, masks, vector, depth),
+            )
+            rankings += [lexical, semantic]
             used += list(weights)
         fused = fuse(rankings, used)
         best = sum(used) / (RRF_K + 1) or 1.0
@@ -179,26 +187,33 @@ def _mask(store: StoreVectors, allow: Predicate | None) -> npt.NDArray[np.bool_]
     return allowed[store.file_of] if len(store.file_of) else np.zeros(0, np.bool_)
 
 
-def _rankings(
-    stores: Sequence[StoreVectors],
-    masks: list[npt.NDArray[np.bool_] | None],
-    query: str,
-    vector: Vectors,
-    depth: int,
-) -> list[list[Hit]]:
-    """One query's lexical and vector rankings over every store, each `depth` deep (filtered rows left out)."""
-    wanted = query_terms(query)
-    lexical: list[Hit] = []
-    semantic: list[Hit] = []
+async def _ranked(weight: float, rank: Callable[..., list[Hit]], *args: Any) -> list[Hit]:
+    return await asyncio.to_thread(rank, *args) if weight > 0 else []
+
+
+def _lexical_ranking(
+    stores: Sequence[StoreVectors], masks: list[npt.NDArray[np.bool_] | None], wanted: Terms, depth: int
+) -> list[Hit]:
+    """One query's BM25 ranking over every store, `depth` deep (filtered rows left out)."""
+    hits: list[Hit] = []
     for which, store in enumerate(stores):
-        if not len(store.ids):
-            continue
-        lexical += _best(stores, which, store.lexical.scores(wanted), masks[which], depth, positive=True)
-        if store.matrix.shape[1] == len(vector):  # else no file has this model's vectors
-            semantic += _best(stores, which, store.matrix @ vector, masks[which], depth, positive=False)
-    lexical.sort(key=lambda hit: -hit.score)
-    semantic.sort(key=lambda hit: -hit.score)
-    return [lexical[:depth], semantic[:depth]]
+        if len(store.ids):
+            hits += _best(stores, which, store.lexical.scores(wanted), masks[which], depth, positive=True)
+    hits.sort(key=lambda hit: -hit.score)
+    return hits[:depth]
+
+
+def _vector_ranking(
+    stores: Sequence[StoreVectors], masks: list[npt.NDArray[np.bool_] | None], vector: Vectors, depth: int
+) -> list[Hit]:
+    """One query's cosine ranking over every store, `depth` deep (a store with no file of this model's vectors
+    has none)."""
+    hits: list[Hit] = []
+    for which, store in enumerate(stores):
+        if len(store.ids) and store.matrix.shape[1] == len(vector):
+            hits += _best(stores, which, store.matrix @ vector, masks[which], depth, positive=False)
+    hits.sort(key=lambda hit: -hit.score)
+    return hits[:depth]
 
 
 def _best(

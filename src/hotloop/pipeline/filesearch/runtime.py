@@ -21,6 +21,8 @@ from hotloop.stores.vector_stores import Claim
 from hotloop.wire.vector_stores import SearchResult, TextContent
 
 RECORDS_KEPT = 64  # the latest ingestions and searches the console lists
+# A store's `last_active_at` (and so its expiry) moves by whole minutes: a search writes it at most once a minute.
+ACTIVE_STEP_S = 60
 LATENCIES_KEPT = 1024  # the last searches' latencies, for the console's percentiles
 
 
@@ -87,12 +89,15 @@ class FileSearch:
         work runs off the event loop."""
         started = time.perf_counter()
         now = int(time.time())
+        stale: list[str] = []  # stores whose `last_active_at` this search moves on
         for store_id in store_ids:
-            store = await self.store.get_vector_store(owner, store_id)
+            store = await self.store.get_vector_store(owner, store_id, counted=False)
             if store is None:
                 raise missing_store(store_id, param)
             if store.status == "expired":
                 raise InvalidParam(f"Vector store '{store_id}' has expired.", param=param, code="vector_store_expired")
+            if now - (store.last_active_at or 0) >= ACTIVE_STEP_S:
+                stale.append(store_id)
         indexes = self.indexes()
         loaded = [await indexes.vectors(store_id) for store_id in store_ids]
         stores = [found for found in loaded if found is not None]
@@ -101,7 +106,7 @@ class FileSearch:
         found = await indexes.search(stores, queries, options.filters, options.weights, options.max_num_results)
         found = [hit for hit in found if hit.score >= options.score_threshold]
         texts = await self.store.chunk_texts([hit.chunk_id for hit in found])
-        for store_id in store_ids:
+        for store_id in stale:
             await self.store.touch_vector_store(owner, store_id, now)
         seconds = time.perf_counter() - started
         self.latencies.append(seconds)
