@@ -24,6 +24,18 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer
     running.stop()
 
 
+def embedded_by(upstream: RunningServer, data_dir: Path) -> RunningServer:
+    """A server whose file_search embeds with `upstream`'s /v1/embeddings, 64 dimensions."""
+    return start_server(
+        data_dir,
+        models=["hotloop-sim"],
+        file_search_embeddings_url=upstream.base_url,
+        file_search_embeddings_model="wordllama-l2-supercat-256",
+        file_search_embeddings_api_key="test-key",
+        file_search_embeddings_dimensions=64,
+    )
+
+
 def _vector_bytes(data_dir: Path) -> set[int]:
     with sqlite3.connect(data_dir / "hotloop.db") as conn:
         return {row[0] for row in conn.execute("SELECT length(vector) FROM vector_store_chunks")}
@@ -40,14 +52,7 @@ def _ingest(server: RunningServer) -> str:
 
 
 def test_an_upstream_embeds_the_chunks_and_the_queries(upstream: RunningServer, tmp_path: Path) -> None:
-    server = start_server(
-        tmp_path,
-        models=["hotloop-sim"],
-        file_search_embeddings_url=upstream.base_url,
-        file_search_embeddings_model="wordllama-l2-supercat-256",
-        file_search_embeddings_api_key="test-key",
-        file_search_embeddings_dimensions=64,
-    )
+    server = embedded_by(upstream, tmp_path)
     try:
         store_id = _ingest(server)
         assert _vector_bytes(tmp_path) == {64 * 4}  # the upstream's vectors, cut to 64 dimensions
@@ -91,14 +96,7 @@ def test_files_of_another_model_are_found_by_their_words(upstream: RunningServer
         store_id = _ingest(first)
     finally:
         first.stop()
-    second = start_server(
-        tmp_path,
-        models=["hotloop-sim"],
-        file_search_embeddings_url=upstream.base_url,
-        file_search_embeddings_model="wordllama-l2-supercat-256",
-        file_search_embeddings_api_key="test-key",
-        file_search_embeddings_dimensions=64,
-    )
+    second = embedded_by(upstream, tmp_path)
     try:
         client = second.client()
         assert client.vector_stores.search(store_id, query="spring tides").data[0].filename == "tides.txt"
