@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import psutil
 import pytest
 from websockets.exceptions import InvalidStatus
 
+from hotloop.transports.workers import ingestion_shares
 from metrics_support import Scrape
 from process_support import SIM, ServerProcess, eventually
 from workers_support import one_connection_per_worker, owner_of, workers_of, ws_on_worker
@@ -182,18 +182,9 @@ def test_a_key_s_tokens_a_minute_are_the_server_s(tmp_path: Path) -> None:
         assert create_as(server, "key-b").status_code == 200  # the window is the key's
 
 
-def test_the_replica_s_ingestion_processes_run_under_its_first_worker(tmp_path: Path) -> None:
-    """`file_search_workers` is the replica's: under a supervisor of two workers, one worker spawns them all."""
-    with ServerProcess(tmp_path, workers=2, file_search_workers=2) as server:
-        client = openai.OpenAI(base_url=server.base_url, api_key="any", max_retries=0)
-        store = client.vector_stores.create(name="one worker ingests")
-        for n in range(4):  # through fresh connections, so both workers take some
-            entry = client.vector_stores.files.upload_and_poll(
-                vector_store_id=store.id, file=(f"n{n}.txt", f"note {n} about owls".encode()), poll_interval_ms=100
-            )
-            assert entry.status == "completed"
-        spawned = {
-            worker.pid: [child for child in worker.children() if "multiprocessing" in " ".join(child.cmdline())]
-            for worker in workers_of(server)
-        }
-        assert sorted(len(children) for children in spawned.values()) == [0, 2], spawned
+def test_the_replica_s_ingestion_processes_are_shared_out_over_its_workers() -> None:
+    """`file_search_workers` is the replica's: each server worker runs its share of them."""
+    assert ingestion_shares(2, 2) == [1, 1]
+    assert ingestion_shares(3, 2) == [2, 1]
+    assert ingestion_shares(1, 4) == [1, 0, 0, 0]
+    assert ingestion_shares(0, 3) == [0, 0, 0]

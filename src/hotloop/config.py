@@ -210,8 +210,8 @@ HELP: dict[str, str] = {
     "max_body_bytes": "Largest HTTP body or WebSocket frame accepted (413 / close 1009 beyond).",
     "files_max_bytes": "The largest file POST /v1/files takes (OpenAI: 512 MB); larger uploads get 413 and nothing is "
     "stored.",
-    "file_search_workers": "Processes that ingest vector stores' files (extract, chunk, embed) on this replica (its "
-    "first server worker runs them), one file at a time each, at a lower priority than the server; 0: none here.",
+    "file_search_workers": "Processes that ingest vector stores' files (extract, chunk, embed) on this replica (shared "
+    "out over its server workers), one file at a time each, at a lower priority than the server; 0: none here.",
     "file_search_embeddings_url": "An OpenAI-compatible /v1 base URL whose /embeddings file_search embeds with (vLLM, "
     "llama.cpp, TEI, Ollama); empty: the embedded model (wordllama-l2-supercat-256).",
     "file_search_embeddings_model": "The model named to file_search_embeddings_url.",

@@ -66,6 +66,12 @@ def bind_socket(settings: Settings, backlog: int = 2048) -> socket.socket:
     return sock
 
 
+def ingestion_shares(total: int, workers: int) -> list[int]:
+    """file_search's ingestion processes are the replica's, not each worker's: `total` shared out over the workers
+    (each worker reads and writes its own processes' files, so the work on the store spreads too)."""
+    return [total // workers + (index < total % workers) for index in range(workers)]
+
+
 class Supervisor:
     def __init__(self, settings: Settings, sock: socket.socket) -> None:
         self.settings = settings
@@ -81,9 +87,10 @@ class Supervisor:
         # llama.cpp's default of every core per process would have N workers fight over the cores: each gets its share.
         threads = settings.llama_threads or max(1, available_cores() // settings.workers)
         one = msgspec.structs.replace(settings, workers=1, llama_threads=threads)
-        self._settings_json = msgspec.json.encode(one)
-        # file_search's ingestion processes are the replica's, not each worker's: the first worker runs them all.
-        self._others_json = msgspec.json.encode(msgspec.structs.replace(one, file_search_workers=0))
+        self._settings_json = [
+            msgspec.json.encode(msgspec.structs.replace(one, file_search_workers=share))
+            for share in ingestion_shares(settings.file_search_workers, settings.workers)
+        ]
         self._env = {
             **os.environ,
             SOCKET_ENV: str(sock.fileno()),
@@ -104,7 +111,7 @@ class Supervisor:
         assert worker.stdin is not None
         with worker.stdin:
             try:
-                worker.stdin.write(self._settings_json if index == 0 else self._others_json)
+                worker.stdin.write(self._settings_json[index])
             except BrokenPipeError:  # it died at once; the watch loop sees its exit status
                 pass
         return worker
