@@ -213,16 +213,7 @@ class PostgresVectorStores:
                     await self._set_file(conn, file)
                     continue
                 await conn.execute(self._sql["VSF_LEASE"], store_id, file_id, lease, now + LEASE_S)
-                static = file.chunking_strategy.static if file.chunking_strategy else None
-                return Claim(
-                    owner,
-                    store_id,
-                    file_id,
-                    lease,
-                    attempts + 1,
-                    static.max_chunk_size_tokens if static else 800,
-                    static.chunk_overlap_tokens if static else 400,
-                )
+                return Claim.of(owner, file, lease, attempts + 1)
 
     async def renew_lease(self, claim: Claim, now: float) -> bool:
         rows = await self._fetch("VSF_RENEW", claim.vector_store_id, claim.file_id, claim.lease, now + LEASE_S)

@@ -350,16 +350,7 @@ class SQLiteVectorStores:
                     "WHERE vector_store_id = ? AND file_id = ?",
                     (lease, now + LEASE_S, store_id, file_id),
                 )
-                static = file.chunking_strategy.static if file.chunking_strategy else None
-                return Claim(
-                    owner,
-                    store_id,
-                    file_id,
-                    lease,
-                    attempts + 1,
-                    static.max_chunk_size_tokens if static else 800,
-                    static.chunk_overlap_tokens if static else 400,
-                )
+                return Claim.of(owner, file, lease, attempts + 1)
 
         return await self._write(work)
 

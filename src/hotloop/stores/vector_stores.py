@@ -20,6 +20,7 @@ from hotloop.wire.vector_stores import (
     FileCounts,
     FileStatus,
     LastError,
+    StaticChunking,
     VectorStore,
     VectorStoreFile,
     VectorStoreFileBatch,
@@ -58,6 +59,13 @@ class Claim(msgspec.Struct, frozen=True):
     attempts: int
     max_tokens: int
     overlap: int
+
+    @classmethod
+    def of(cls, owner: str, file: VectorStoreFile, lease: str, attempts: int) -> Claim:
+        """The claim on `file`, with the chunk sizes it was added with (`auto`'s when none)."""
+        sizes = (file.chunking_strategy.static if file.chunking_strategy else None) or StaticChunking()
+        tokens, overlap = sizes.max_chunk_size_tokens, sizes.chunk_overlap_tokens
+        return cls(owner, file.vector_store_id, file.id, lease, attempts, tokens, overlap)
 
 
 class ChunkRow(msgspec.Struct, array_like=True, frozen=True):

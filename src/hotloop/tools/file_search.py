@@ -26,8 +26,9 @@ from hotloop.ids import new_id
 from hotloop.tools.client import parse_arguments, strings
 from hotloop.tools.spec import ToolSpec
 from hotloop.wire.items import FileCitation, FunctionCall, FunctionCallOutput
+from hotloop.wire.request import validation_error
 from hotloop.wire.tool_items import FileSearchCall, FileSearchResult
-from hotloop.wire.vector_stores import DEFAULT_RESULTS, MAX_RESULTS
+from hotloop.wire.vector_stores import DEFAULT_RESULTS, MAX_RESULTS, RankingOptions, ranking
 
 TYPE = KIND = NAME = "file_search"  # `tools[i].type`, its ToolSpec's kind, the function the model calls
 MAX_STORES = 16  # vector_store_ids in one tool (OpenAI documents no bound; each is searched on every call)
@@ -108,52 +109,16 @@ def declare(raw: dict[str, Any], param: str) -> tuple[ToolSpec, Declared]:
 
 
 def _ranking(raw: Any, param: str) -> tuple[str, float, tuple[float, float]]:
-    if raw is None:
-        return "auto", 0.0, (1.0, 1.0)
-    if not isinstance(raw, dict):
-        raise InvalidParam("'ranking_options' must be an object.", param=param, code="invalid_type")
-    for key in raw:
-        if key not in ("ranker", "score_threshold", "hybrid_search"):
-            raise InvalidParam(f"Unknown parameter: '{param}.{key}'.", param=f"{param}.{key}", code="unknown_parameter")
-    ranker = raw.get("ranker") or "auto"
-    if ranker not in RANKERS:
-        raise InvalidParam(
-            f"'ranker' must be one of {', '.join(RANKERS)}.", param=f"{param}.ranker", code="invalid_value"
-        )
-    threshold = raw.get("score_threshold")
-    threshold = 0.0 if threshold is None else threshold
-    if not _number(threshold) or not 0 <= threshold <= 1:
-        raise InvalidParam(
-            "'score_threshold' must be a number from 0 to 1.", param=f"{param}.score_threshold", code="invalid_value"
-        )
-    hybrid = raw.get("hybrid_search")
-    weights = (1.0, 1.0)
-    if hybrid is not None:
-        where = f"{param}.hybrid_search"
-        if not isinstance(hybrid, dict):
-            raise InvalidParam("'hybrid_search' must be an object.", param=where, code="invalid_type")
-        for key in hybrid:
-            if key not in ("embedding_weight", "text_weight"):
-                raise InvalidParam(
-                    f"Unknown parameter: '{where}.{key}'.", param=f"{where}.{key}", code="unknown_parameter"
-                )
-        for key in ("embedding_weight", "text_weight"):
-            if not _number(hybrid.get(key)) or hybrid[key] < 0:
-                raise InvalidParam(
-                    f"'{key}' must be a number of at least 0.", param=f"{where}.{key}", code="invalid_value"
-                )
-        if hybrid["embedding_weight"] == 0 and hybrid["text_weight"] == 0:
-            raise InvalidParam("The two weights cannot both be 0.", param=where, code="invalid_value")
-        weights = (float(hybrid["text_weight"]), float(hybrid["embedding_weight"]))
-    return str(ranker), float(threshold), weights
+    """The tool's `ranking_options`, read as the search endpoint's are (wire/vector_stores.py) and checked alike."""
+    try:
+        options = msgspec.convert(raw, RankingOptions | None)
+    except msgspec.ValidationError as exc:
+        raise validation_error(exc, prefix=param) from None
+    return ranking(options, param, RANKERS)
 
 
 def _integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def build(arguments: str, complete: bool) -> FileSearchCall:

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from hotloop.errors import InvalidParam
+
 Attributes = dict[str, str | float | bool]
 LIST_LIMIT_MAX = 100  # OpenAI's bound for the vector stores' lists (default 20)
 MAX_RESULTS = 50  # `max_num_results`: 1 to 50, default 10
@@ -174,6 +176,30 @@ class RankingOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class HybridWeights(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     embedding_weight: float
     text_weight: float
+
+
+def ranking(
+    options: RankingOptions | None, param: str, rankers: tuple[str, ...]
+) -> tuple[str, float, tuple[float, float]]:
+    """Ranking options checked, for the search endpoint and the file_search tool alike (a 400 naming the field under
+    `param`): the ranker (one of `rankers`), the score threshold (0 to 1) and the hybrid weights as (text,
+    embedding), each at least 0 and not both 0."""
+    if options is None:
+        return "auto", 0.0, (1.0, 1.0)
+    ranker = options.ranker or "auto"
+    if ranker not in rankers:
+        raise InvalidParam(f"ranker must be one of {', '.join(rankers)}.", param=f"{param}.ranker")
+    threshold = options.score_threshold or 0.0
+    if not 0.0 <= threshold <= 1.0:
+        raise InvalidParam("score_threshold must be between 0 and 1.", param=f"{param}.score_threshold")
+    weights = (1.0, 1.0)
+    if options.hybrid_search is not None:
+        weights = (options.hybrid_search.text_weight, options.hybrid_search.embedding_weight)
+        if min(weights) < 0 or sum(weights) <= 0:
+            raise InvalidParam(
+                "hybrid_search weights must be at least 0, and not both 0.", param=f"{param}.hybrid_search"
+            )
+    return ranker, threshold, weights
 
 
 class Search(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

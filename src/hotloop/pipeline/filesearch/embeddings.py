@@ -51,8 +51,7 @@ class EmbeddedModel:
     async def embed(self, texts: Sequence[str]) -> Vectors:
         from hotloop.filesearch.embed import default_embedder  # numpy and the model: loaded on the first use
 
-        model = await asyncio.to_thread(default_embedder)
-        return await asyncio.to_thread(model.embed, list(texts))
+        return await asyncio.to_thread(lambda: default_embedder().embed(list(texts)))  # one hop, loaded once
 
     async def close(self) -> None:
         pass

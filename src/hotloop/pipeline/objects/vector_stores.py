@@ -33,7 +33,6 @@ from hotloop.wire.vector_stores import (
     FileContentPage,
     FileCounts,
     ObjectList,
-    RankingOptions,
     Search,
     SearchPage,
     StaticChunking,
@@ -42,6 +41,7 @@ from hotloop.wire.vector_stores import (
     VectorStore,
     VectorStoreFile,
     VectorStoreFileBatch,
+    ranking,
 )
 
 MAX_NAME = 256
@@ -340,31 +340,13 @@ async def cancel_batch(service: Service, owner: str, store_id: str, batch_id: st
 # -- search ---------------------------------------------------------------------------------------------------------
 
 
-def search_options(
-    filters: Any, max_num_results: int, ranking: RankingOptions | None, prefix: str = ""
-) -> SearchOptions:
-    """A search's options checked (400 naming the field, under `prefix` for a tool's)."""
-    if not 1 <= max_num_results <= MAX_RESULTS:
-        raise InvalidParam(f"max_num_results must be between 1 and {MAX_RESULTS}.", param=f"{prefix}max_num_results")
-    allow = compile_filter(filters, f"{prefix}filters") if filters is not None else None
-    ranker, threshold, weights = "auto", 0.0, (1.0, 1.0)
-    if ranking is not None:
-        ranker = ranking.ranker or "auto"
-        if ranker not in RANKERS:
-            raise InvalidParam(f"ranker must be one of {', '.join(RANKERS)}.", param=f"{prefix}ranking_options.ranker")
-        threshold = ranking.score_threshold or 0.0
-        if not 0.0 <= threshold <= 1.0:
-            raise InvalidParam(
-                "score_threshold must be between 0 and 1.", param=f"{prefix}ranking_options.score_threshold"
-            )
-        if ranking.hybrid_search is not None:
-            weights = (ranking.hybrid_search.text_weight, ranking.hybrid_search.embedding_weight)
-            if min(weights) < 0 or sum(weights) <= 0:
-                raise InvalidParam(
-                    "hybrid_search weights must be at least 0, and not both 0.",
-                    param=f"{prefix}ranking_options.hybrid_search",
-                )
-    return SearchOptions(allow, max_num_results, ranker, threshold, weights)
+def search_options(body: Search) -> SearchOptions:
+    """A search's options checked, a 400 naming the field (the file_search tool's: tools/file_search.py)."""
+    if not 1 <= body.max_num_results <= MAX_RESULTS:
+        raise InvalidParam(f"max_num_results must be between 1 and {MAX_RESULTS}.", param="max_num_results")
+    allow = compile_filter(body.filters, "filters") if body.filters is not None else None
+    ranker, threshold, weights = ranking(body.ranking_options, "ranking_options", RANKERS)
+    return SearchOptions(allow, body.max_num_results, ranker, threshold, weights)
 
 
 def _queries(query: str | list[str]) -> list[str]:
@@ -378,7 +360,7 @@ def _queries(query: str | list[str]) -> list[str]:
 
 async def search(service: Service, owner: str, store_id: str, body: Search) -> SearchPage:
     queries = _queries(body.query)
-    options = search_options(body.filters, body.max_num_results, body.ranking_options)
+    options = search_options(body)
     if body.rewrite_query:
         # No model rewrites queries here: a rewritten query is its keywords (the words a search weighs).
         queries = [" ".join(words(query)) or query for query in queries]
