@@ -346,8 +346,9 @@ def start_hotloop(key: str, work: Path, workers: int, store_url: str | None) -> 
 def find_python312(given: str | None) -> str:
     if given:
         return given
+    # pyenv's shim is on PATH even where no 3.12 is selected (it then fails): the first one that runs.
     for candidate in [shutil.which("python3.12"), *sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python3.12"))]:
-        if candidate:
+        if candidate and subprocess.run([str(candidate), "-c", ""], capture_output=True).returncode == 0:
             return str(candidate)
     raise BenchError("OGX 1.5 needs Python >= 3.12: name one with --ogx-python")
 

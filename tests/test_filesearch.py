@@ -21,6 +21,7 @@ from hotloop.filesearch.extract import Unextractable, extract
 from hotloop.filesearch.hybrid import Hit, fuse
 from hotloop.filesearch.ingest import ingest
 from hotloop.filesearch.lexical import LexicalIndex, query_terms, stem, terms
+from hotloop.filesearch.topk import top
 from pdf_support import make_pdf, text_pdf
 
 pytestmark = pytest.mark.fast
@@ -83,6 +84,30 @@ def test_chunks_are_token_windows_of_the_text_as_it_is() -> None:
             Strategy(*bad)
 
 
+def test_files_are_tokenized_word_by_word_as_the_tokenizer_encodes_them() -> None:
+    """tokenize.py's word-by-word tokenization (with its cache) against the tokenizer's own `encode` of the whole
+    text: the same ids and character offsets, on prose, code, indentation, non-ASCII and byte-fallback text."""
+    embedder = default_embedder()
+    assert embedder._words is not None  # WordLlama's tokenizer is the one tokenize.py expects
+    samples = [topics[key] for key in ("function", "formatstrings", "typesseq", "string-methods")]
+    samples += ["", " ", "\n", "  x", "😀", "é x", "a\u2581b ▁ c", "日本語 と English\t\tmixed", "\x00\x01 b"]
+    samples += ["a<s>b", "<s>", "x </s> y", "<unk>z</s>", "a <s> b <s>"]
+    samples += [
+        "def f(x):\n        return {'a': [1, 2]}  # ✓\n\n\n    pass",
+        " " * 40 + "end  ",
+        "ünïcödé " * 50,
+        "x" * 5000,
+    ]
+    for text in [*samples, "".join(samples)]:
+        encoding = embedder._tokenizer.encode(text, add_special_tokens=False)
+        spans = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2)
+        kept = spans[:, 1] > spans[:, 0]
+        for _ in range(2):  # the second time from the cache
+            ids, ours = embedder.tokens(text)
+            assert ids.tolist() == np.asarray(encoding.ids)[kept].tolist(), repr(text[:40])
+            assert ours.tolist() == spans[kept].tolist(), repr(text[:40])
+
+
 def test_the_embedded_model_loads_without_a_download_and_its_vectors_are_unit_length() -> None:
     embedder = default_embedder()
     vectors = embedder.embed(["the def statement defines a function", "how to define a function", "raise an error"])
@@ -116,6 +141,26 @@ def test_one_pass_vectors_are_the_per_chunk_vectors() -> None:
         slow = embedder.embed([chunk.text for chunk in cut])
         assert fast.shape == slow.shape and float((fast * slow).sum(axis=1).min()) > 0.99
     assert embed_file("", embedder)[1].shape[0] == 0
+
+
+def test_top_k_is_exact_whatever_the_scores() -> None:
+    """topk.py's sampled floor finds the same scores as sorting them all: random, mostly-zero (a lexical ranking,
+    `above` 0), masked (-inf) and heavily tied scores, k from 0 past the array's length."""
+    rng = np.random.default_rng(39)
+    for trial in range(2000):
+        size, k, kind = int(rng.integers(0, 3000)), int(rng.integers(0, 120)), trial % 4
+        scores = rng.standard_normal(size).astype(np.float32)
+        if kind == 1:
+            scores = np.where(rng.random(size) < 0.9, 0, np.abs(scores)).astype(np.float32)
+        elif kind == 2:
+            scores = np.where(rng.random(size) < 0.5, -np.inf, scores).astype(np.float32)
+        elif kind == 3:
+            scores = np.round(scores, 1).astype(np.float32)
+        above = 0.0 if kind == 1 else -np.inf
+        rows = top(scores, k, above)
+        assert len(set(rows.tolist())) == len(rows)
+        expected = np.sort(scores[scores > above])[::-1][:k]
+        assert sorted(scores[rows].tolist(), reverse=True) == expected.tolist(), (trial, size, k)
 
 
 def test_fusion_rewards_agreement() -> None:

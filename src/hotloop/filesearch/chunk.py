@@ -7,6 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 AUTO_TOKENS, AUTO_OVERLAP = 800, 400
 MIN_TOKENS, MAX_TOKENS = 100, 4096  # OpenAI's bounds for `max_chunk_size_tokens`
 
@@ -39,18 +42,18 @@ class Chunk:
 
 
 def chunks(text: str, tokenizer: Offsets, strategy: Strategy = Strategy()) -> list[Chunk]:
-    return windows(text, tokenizer.offsets(text), strategy)
+    return windows(text, np.asarray(tokenizer.offsets(text), dtype=np.int64).reshape(-1, 2), strategy)
 
 
-def windows(text: str, spans: list[tuple[int, int]], strategy: Strategy = Strategy()) -> list[Chunk]:
-    """The chunks of a text whose tokens' character spans are `spans`."""
-    if not spans:
+def windows(text: str, spans: npt.NDArray[np.int64], strategy: Strategy = Strategy()) -> list[Chunk]:
+    """The chunks of a text whose tokens' character spans are `spans` ((tokens, 2): start, end)."""
+    if not len(spans):
         return []
     step = strategy.max_tokens - strategy.overlap
     out: list[Chunk] = []
     for first in range(0, len(spans), step):
         window = spans[first : first + strategy.max_tokens]
-        start, end = window[0][0], window[-1][1]
+        start, end = int(window[0, 0]), int(window[-1, 1])
         out.append(Chunk(text[start:end], start, end, len(window), first))
         if first + strategy.max_tokens >= len(spans):
             break

@@ -27,6 +27,8 @@ STOP = frozenset((
 ))
 # fmt: on
 Terms = npt.NDArray[np.uint32]
+CACHED_WORDS = 500_000  # distinct words whose hashes a process keeps; the cache starts again past it
+_HASHES: dict[str, int] = {}  # word → its term's CRC-32, -1 for a common word
 
 
 def words(text: str) -> list[str]:
@@ -49,8 +51,15 @@ def stem(word: str) -> str:
 
 
 def terms(text: str) -> Terms:
-    """A text's terms, one per occurrence, in order."""
-    return np.fromiter((zlib.crc32(stem(word).encode()) for word in words(text)), dtype=np.uint32)
+    """A text's terms, one per occurrence, in order. Each distinct word is stemmed and hashed once per process
+    (`_HASHES`): a file's chunks repeat their words (twice over with `auto`'s overlap), and files share most of them."""
+    found = _WORD.findall(text.lower())
+    if len(_HASHES) > CACHED_WORDS:
+        _HASHES.clear()
+    for word in set(found).difference(_HASHES):
+        _HASHES[word] = -1 if word in STOP else zlib.crc32(stem(word).encode())
+    hashes = np.fromiter(map(_HASHES.__getitem__, found), dtype=np.int64, count=len(found))
+    return hashes[hashes >= 0].astype(np.uint32)
 
 
 def query_terms(text: str) -> Terms:

@@ -23,6 +23,7 @@ from hotloop.filesearch.embed import Vectors
 from hotloop.filesearch.filters import Predicate
 from hotloop.filesearch.hybrid import CANDIDATES, RRF_K, Hit, fuse
 from hotloop.filesearch.lexical import LexicalIndex, Terms, query_terms
+from hotloop.filesearch.topk import top
 from hotloop.pipeline.filesearch.embeddings import Embeddings
 from hotloop.stores.vector_stores import StoredFile, VectorStoreStore
 
@@ -226,7 +227,5 @@ def _best(
 ) -> list[Hit]:
     if mask is not None:
         scores = np.where(mask, scores, -np.inf)
-    k = min(depth, len(scores))
-    best = np.argpartition(-scores, k - 1)[:k]
-    floor = 0.0 if positive else -np.inf
-    return [Hit(_key(stores, which, int(row)), float(scores[row])) for row in best if scores[row] > floor]
+    best = top(scores, depth, above=0.0 if positive else -np.inf)
+    return [Hit(_key(stores, which, int(row)), float(scores[row])) for row in best]
