@@ -63,7 +63,7 @@ def stream_create(http: httpx.Client, body: dict[str, Any]) -> list[dict[str, An
 
 
 # Items the server runs, whose `output_item.done` waits for it: later items may end first (protocol.md §1.10).
-SERVER_RUN = frozenset({"mcp_call", "file_search_call"})
+SERVER_RUN = frozenset({"mcp_call", "file_search_call", "code_interpreter_call"})
 
 
 def check_sequence(events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -86,8 +86,9 @@ def check_sequence(events: list[dict[str, Any]]) -> dict[str, Any]:
         if "response" in event:
             assert event["response"]["id"] == final["id"]
             check_response(event["response"])
-    # Items one at a time: each added is followed by its done before the next added; an `mcp_call` waits aside
-    # from its arguments' done to its own done, its events naming its index.
+    # Items one at a time: each added is followed by its done before the next added; an `mcp_call` (a
+    # `code_interpreter_call`) waits aside from its arguments' (its code's) done to its own done, its events naming
+    # its index.
     open_index: int | None = None
     waiting: set[int] = set()
     for event in events:
@@ -104,7 +105,7 @@ def check_sequence(events: list[dict[str, Any]]) -> dict[str, Any]:
         elif event["type"] == "response.output_item.done":
             assert open_index == index
             open_index = None
-        elif event["type"] == "response.mcp_call_arguments.done":
+        elif event["type"] in ("response.mcp_call_arguments.done", "response.code_interpreter_call_code.done"):
             assert open_index == index
             waiting.add(index)
             open_index = None

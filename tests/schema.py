@@ -39,6 +39,9 @@ EXTENSION_EVENTS = frozenset(
         "response.shell_call_command.added",
         "response.shell_call_command.delta",
         "response.shell_call_command.done",
+        # A hosted shell's output (docs/code-interpreter.md, "Hosted shell"): OpenAI's events, which OR does not define.
+        "response.shell_call_output_content.delta",
+        "response.shell_call_output_content.done",
         # A compaction_trigger's compaction under way, an inject's replies (protocol.md §1.12): OpenAI's events,
         # which OR does not define.
         "response.compaction.compacting",
@@ -48,6 +51,12 @@ EXTENSION_EVENTS = frozenset(
         "response.file_search_call.in_progress",
         "response.file_search_call.searching",
         "response.file_search_call.completed",
+        # Code the server runs (docs/code-interpreter.md): OpenAI's events, which OR does not define.
+        "response.code_interpreter_call.in_progress",
+        "response.code_interpreter_call_code.delta",
+        "response.code_interpreter_call_code.done",
+        "response.code_interpreter_call.interpreting",
+        "response.code_interpreter_call.completed",
     }
 )
 # Output item types OR has no schema for (its `ItemField` is message, function call and output, reasoning,
@@ -73,17 +82,41 @@ EXTENSION_ITEMS = frozenset(
         "agent_message",
         # A file search the server ran (docs/file-search.md): openai-python's ResponseFileSearchToolCall.
         "file_search_call",
+        # Code the server ran (docs/code-interpreter.md): openai-python's ResponseCodeInterpreterToolCall.
+        "code_interpreter_call",
+        # A hosted shell's answer, made by the server (docs/code-interpreter.md, "Hosted shell").
+        "shell_call_output",
     }
 )
 # Tools OR has no schema for (its `tools` are function tools only), echoed as sent (protocol.md §1.4): left out of
 # what the schema checks, like the items.
 EXTENSION_TOOLS = frozenset(
-    {"mcp", "shell", "local_shell", "apply_patch", "computer", "computer_use_preview", "tool_search", "file_search"}
+    {
+        "mcp",
+        "shell",
+        "local_shell",
+        "apply_patch",
+        "computer",
+        "computer_use_preview",
+        "tool_search",
+        "file_search",
+        "code_interpreter",
+    }
 )
 # `tool_choice` objects OR has no schema for: OpenAI's `{type: "mcp", server_label, name?}` (docs/mcp.md), echoed as
 # sent; the schema checks the response as if it were "required", what it asks of the model.
 EXTENSION_TOOL_CHOICES = frozenset(
-    {"mcp", "shell", "local_shell", "apply_patch", "computer", "computer_use_preview", "tool_search", "file_search"}
+    {
+        "mcp",
+        "shell",
+        "local_shell",
+        "apply_patch",
+        "computer",
+        "computer_use_preview",
+        "tool_search",
+        "file_search",
+        "code_interpreter",
+    }
 )
 # Annotations OR has no schema for (its `Annotation` is `url_citation` only): a file search's `file_citation`
 # (openai-python's AnnotationFileCitation), left out of what the schema checks.

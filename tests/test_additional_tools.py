@@ -63,11 +63,12 @@ def test_a_namespace_in_added_tools_is_called_in_its_namespace(client: openai.Op
     "tools",
     [
         [{"type": "function"}],
-        [{"type": "code_interpreter"}],
+        [{"type": "teleport"}],
         [{"type": "file_search", "vector_store_ids": ["vs_1"]}],
+        [{"type": "code_interpreter", "container": {"type": "auto"}}],
         [{"type": "function", "name": "f", "parameters": "x"}],
     ],
-    ids=["no-name", "refused-type", "server-run-file-search", "bad-parameters"],
+    ids=["no-name", "refused-type", "server-run-file-search", "server-run-code", "bad-parameters"],
 )
 def test_a_malformed_added_tool_is_refused(server: RunningServer, client: openai.OpenAI, tools: list[JSON]) -> None:
     before = stored_counts(server)

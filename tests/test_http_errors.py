@@ -99,7 +99,7 @@ CASES: list[tuple[dict[str, Any], int, str, str | None]] = [
     ({"tools": [{"type": "function"}]}, 400, "invalid_type", "tools[0].name"),
     ({"tools": [{"type": "function", "name": "f", "parameters": "x"}]}, 400, "invalid_type", "tools[0].parameters"),
     ({"tools": [{"type": "teleport"}]}, 400, "unsupported_tool", "tools[0].type"),
-    ({"tools": [{"type": "code_interpreter"}]}, 400, "unsupported_tool", "tools[0].type"),
+    ({"tools": [{"type": "code_interpreter"}]}, 400, "invalid_type", "tools[0].container"),
     ({"tools": [{"type": "file_search"}]}, 400, "invalid_type", "tools[0].vector_store_ids"),
     ({"tools": [WEATHER_TOOL, WEATHER_TOOL]}, 400, "invalid_value", "tools"),
     ({"tool_choice": "sometimes"}, 400, "invalid_value", "tool_choice"),

@@ -255,7 +255,7 @@ def test_web_search_dropped_and_hosted_tools_refused(server: RunningServer) -> N
     only_dropped = create(server, input="x", tools=[{"type": "web_search"}])
     assert only_dropped["tools"] == [] and calls(only_dropped) == [] and output_text(only_dropped)
     with server.http() as http:
-        for hosted in ({"type": "programmatic_tool_calling"}, {"type": "code_interpreter"}):
+        for hosted in ({"type": "programmatic_tool_calling"}, {"type": "web_search_preview"}):
             reply = http.post("/responses", json={"model": SIM, "input": "x", "tools": [chat_shape, hosted]})
             error_of(reply, 400, "unsupported_tool", "tools[1].type")
 
@@ -304,7 +304,6 @@ REQUIRED_NOT_RUN = [
     ({"type": "image_generation"}, "tool_choice.type", "image_generation"),
     ({"type": "web_search"}, "tool_choice.type", "web_search"),
     ({"type": "web_search_preview"}, "tool_choice.type", "web_search_preview"),
-    ({"type": "code_interpreter"}, "tool_choice.type", "code_interpreter"),
     (
         {"type": "allowed_tools", "mode": "required", "tools": [{"type": "image_generation"}]},
         "tool_choice.tools[0].type",
@@ -357,7 +356,6 @@ def test_allowed_tools_naming_a_dropped_type_beside_an_offered_one(server: Runni
     [
         ({"type": "web_search_preview"}, "it is a tool OpenAI runs on its own servers"),
         ({"type": "web_search_2025_08_26"}, "it is a tool OpenAI runs on its own servers"),
-        ({"type": "code_interpreter", "container": {"type": "auto"}}, "it is a tool OpenAI runs on its own servers"),
         ({"type": "programmatic_tool_calling"}, "it is a tool OpenAI runs on its own servers"),
         ({"type": "teleport"}, "this server does not know it"),
     ],

@@ -288,14 +288,9 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
     ),
     ({"input": [{**SHELL_OUTPUT, "output": "not a list"}]}, "", "input[0]"),
     (
-        {"input": "x", "tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]},
-        "unsupported_tool",
-        "tools[0].type",
-    ),
-    (
-        {"input": "x", "tools": [{"type": "shell", "environment": {"type": "container_auto"}}]},
-        "unsupported_tool",
-        "tools[0].environment",
+        {"input": "x", "tools": [{"type": "shell", "environment": {"type": "remote"}}]},
+        "invalid_value",
+        "tools[0].environment.type",
     ),
 ]
 

@@ -212,13 +212,24 @@ def test_as_calls_lowers_typed_items_in_a_context() -> None:
 # -- resolve_tools: declared, refused, dropped --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["code_interpreter", "image_generation", "programmatic_tool_calling", "teleport"])
+@pytest.mark.parametrize("kind", ["image_generation", "programmatic_tool_calling", "teleport"])
 def test_tools_hotloop_does_not_run_are_refused(kind: str) -> None:
     """Refused by name unless `drop_tool_types` lists them (image_generation is by default: Cline always sends it)."""
     tools = [{"type": "function", "name": "f"}, {"type": kind}]
     with pytest.raises(HotloopError) as info:
         resolve_tools(tools, drop=("web_search",))
     assert (info.value.status, info.value.code, info.value.param) == (400, "unsupported_tool", "tools[1].type")
+
+
+def test_code_interpreter_is_refused_by_name_where_no_code_runs() -> None:
+    """Where the sandbox cannot start (or the setting is off), the reason is the refusal's; elsewhere it is declared."""
+    tools = [{"type": "code_interpreter", "container": {"type": "auto"}}]
+    with pytest.raises(HotloopError) as info:
+        resolve_tools(tools, no_code="its sandbox cannot run on this host (no bwrap)")
+    assert (info.value.status, info.value.code, info.value.param) == (400, "unsupported_tool", "tools[0].type")
+    assert "no bwrap" in info.value.message
+    declared = resolve_tools(tools).code
+    assert declared is not None and declared.container_id is None and declared.memory_limit == "1g"
 
 
 def test_web_search_is_dropped_by_default_and_refused_without_the_setting() -> None:
@@ -231,11 +242,15 @@ def test_web_search_is_dropped_by_default_and_refused_without_the_setting() -> N
     assert (info.value.code, info.value.param) == ("unsupported_tool", "tools[0].type")
 
 
-@pytest.mark.parametrize("environment", [{"type": "container_auto"}, {"type": "container_reference"}, "local"])
-def test_a_hosted_shell_environment_is_refused(environment: Any) -> None:
+@pytest.mark.parametrize(
+    ("environment", "param"),
+    [({"type": "remote"}, "tools[1].environment.type"), ("local", "tools[1].environment")],
+)
+def test_a_shell_environment_hotloop_does_not_know_is_refused(environment: Any, param: str) -> None:
+    """`local` (an object) is the client's, a container's the server's (tests/test_hosted_shell.py); else 400."""
     with pytest.raises(HotloopError) as info:
         resolve_tools([{"type": "function", "name": "f"}, {"type": "shell", "environment": environment}])
-    assert (info.value.code, info.value.param) == ("unsupported_tool", "tools[1].environment")
+    assert (info.value.code, info.value.param) == ("invalid_value", param)
 
 
 def test_typed_tools_are_offered_as_functions() -> None:

@@ -88,6 +88,13 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     default_model: str = "smollm2-135m"
     max_body_bytes: int = 16 * MiB
     files_max_bytes: int = 512 * MiB
+    containers_max_per_key: int = 100
+    containers_max_files: int = 1000
+    containers_network: bool = False
+    containers_sweep_s: float = 10.0
+    code_interpreter: bool = True
+    code_timeout_s: float = 60.0
+    containers_live_max: int = 32
     file_search_workers: int = 2
     file_search_embeddings_url: str = ""
     file_search_embeddings_model: str = ""
@@ -208,8 +215,24 @@ HELP: dict[str, str] = {
     "models": "Comma-separated models to serve: smollm2-135m, hotloop-sim, or a name defined in `upstreams`.",
     "default_model": "Model used when a request names none.",
     "max_body_bytes": "Largest HTTP body or WebSocket frame accepted (413 / close 1009 beyond).",
-    "files_max_bytes": "The largest file POST /v1/files takes (OpenAI: 512 MB); larger uploads get 413 and nothing is "
-    "stored.",
+    "files_max_bytes": "The largest file POST /v1/files takes (OpenAI: 512 MB), and the largest container file "
+    "(uploaded, or written by a container's code); larger ones get 413 and nothing is stored.",
+    "containers_max_per_key": "Most live containers (/v1/containers) one API key may hold; a create beyond gets 400 "
+    "containers_limit_reached (deleted and expired ones do not count).",
+    "containers_max_files": "Most files one container holds (uploaded, copied or written by its code); beyond: 400 "
+    "container_files_limit_reached. Each file holds at most files_max_bytes.",
+    "containers_network": "Containers may be created with network_policy `allowlist` (the sandbox must then let their "
+    "code reach those domains); off: such a create is refused with 400 naming network_policy.",
+    "containers_sweep_s": "Seconds between two sweeps of each replica that delete the containers idle past their "
+    "expires_after, with their files (an expired one reads as gone at once).",
+    "code_interpreter": "Run the code_interpreter tool's code and a hosted shell's commands in containers "
+    "(docs/code-interpreter.md); off, or where the sandbox cannot start (docs/sandbox.md), both are refused by name "
+    "(400 unsupported_tool) with the reason.",
+    "code_timeout_s": "Wall-clock seconds one code_interpreter run may take (its CPU time is bounded alike); past it "
+    "the kernel is stopped, the call ends failed, and the container's next run starts a fresh kernel. It also bounds "
+    "each command of a hosted shell (a call's timeout_ms may only shorten it): past it, its outcome is a timeout.",
+    "containers_live_max": "Containers whose sandbox (a process tree with its kernel) each server worker keeps live; "
+    "past it the least recently used one is closed (its files stay in the store; its kernel's variables go).",
     "file_search_workers": "Processes that ingest vector stores' files (extract, chunk, embed) on this replica (shared "
     "out over its server workers), one file at a time each, at a lower priority than the server; 0: none here.",
     "file_search_embeddings_url": "An OpenAI-compatible /v1 base URL whose /embeddings file_search embeds with (vLLM, "

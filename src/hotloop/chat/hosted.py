@@ -1,25 +1,26 @@
 """The items of the kinds a model calls as functions — MCP tools, the typed client tools, the server's file
 searches, a multi-agent response's actions — as the function calls and outputs every dialect already renders
 (protocol.md §1.10, §1.11, §1.12). Each kind says how its items read (hotloop/tools/: the typed kinds' `lower`,
-tools/mcp.py, tools/file_search.py, tools/multi_agent.py); this module only finds them in a context and asks.
+tools/mcp.py, tools/file_search.py, tools/code_interpreter.py, tools/multi_agent.py); this module only finds
+them in a context and asks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from hotloop.tools import file_search, mcp, multi_agent
+from hotloop.tools import code_interpreter, file_search, mcp, multi_agent
 from hotloop.tools.registry import BY_ITEM, TYPED_ITEM_TYPES
 from hotloop.tools.tool_search import added_message
 from hotloop.wire.agent_items import AGENT_ITEMS
 from hotloop.wire.items import (
     ContextItem,
 )
-from hotloop.wire.tool_items import AdditionalTools, FileSearchCall
+from hotloop.wire.tool_items import AdditionalTools, CodeInterpreterCall, FileSearchCall
 
 MCP_TYPES = frozenset(mcp.ITEMS)
 AGENT_TYPES = frozenset(AGENT_ITEMS)
-LOWERED_TYPES = MCP_TYPES | TYPED_ITEM_TYPES | AGENT_TYPES | {AdditionalTools, FileSearchCall}
+LOWERED_TYPES = MCP_TYPES | TYPED_ITEM_TYPES | AGENT_TYPES | {AdditionalTools, FileSearchCall, CodeInterpreterCall}
 REFUSED = mcp.REFUSED
 
 
@@ -57,6 +58,8 @@ def expand(item: ContextItem) -> Iterator[ContextItem]:
         yield added_message(item)
     elif isinstance(item, FileSearchCall):
         yield from file_search.lower(item)
+    elif isinstance(item, CodeInterpreterCall):
+        yield from code_interpreter.lower(item)
     elif type(item) in MCP_TYPES:
         yield from mcp.lower(item)  # type: ignore[arg-type]
     else:

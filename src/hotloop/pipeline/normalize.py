@@ -51,6 +51,7 @@ _ID_PREFIX = {
     "additional_tools": "adt",
     # A search the server ran (tools/file_search.py); openai-python types its `id` as required.
     "file_search_call": "fs",
+    "code_interpreter_call": "ci",  # code the server ran (tools/code_interpreter.py)
 }
 
 _PREFIX_OF: dict[type[Any], str] = {KNOWN_ITEM_TYPES[kind]: prefix for kind, prefix in _ID_PREFIX.items()}

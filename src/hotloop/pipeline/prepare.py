@@ -31,7 +31,7 @@ from hotloop.pipeline.prompt import render_prompt, too_long
 from hotloop.pipeline.service import Service
 from hotloop.pipeline.state.session import Session
 from hotloop.pipeline.steps.plan import StepPlan
-from hotloop.pipeline.tools import ToolChoice, ToolSet, resolve_tool_choice, resolve_tools, with_actions
+from hotloop.pipeline.tools import ToolChoice, ToolSet, resolve_tool_choice, resolve_tools, runs_code, with_actions
 from hotloop.pipeline.turn import Turn
 from hotloop.pipeline.validate import check_new_items, check_request
 from hotloop.safety.stage import SafetyResult
@@ -85,8 +85,9 @@ async def start_turn(
         approved = approved_calls(prior.context, fresh)
     steps: StepPlan | None = None
     # A multi-agent response runs its actions (and on WebSocket waits for injected outputs) between generations;
-    # a file_search tool, the model's searches of its vector stores (pipeline/steps/file_searches.py).
-    server_runs = _searches(tools) or multi_agent(request) or tools.file_search is not None
+    # a file_search tool, the model's searches of its vector stores; a code_interpreter tool, its code (steps/).
+    server_runs = _searches(tools) or multi_agent(request) or tools.file_search is not None or tools.code is not None
+    server_runs = server_runs or tools.shell is not None  # a hosted shell, its commands (steps/shell_runs.py)
     if server_runs and not (tools.mcp or approved):  # the server runs steps
         steps = StepPlan({}, [], [], _context(inputs) if model.style.tokens else ())
     if tools.mcp or approved:
@@ -166,7 +167,8 @@ def _compaction(
 def _resolved(request: CreateRequest, service: Service) -> ToolSet:
     """The request's tools, validated: once per chain (or resent history), again only when a request changes them
     (`Prior.tools`). A tool left out by `drop_tool_types` is in `ToolSet.dropped` (`_dropped`)."""
-    return resolve_tools(request.tools, service.settings.drop_tool_types)
+    code = runs_code(request.tools or ())
+    return resolve_tools(request.tools, service.settings.drop_tool_types, service.no_code() if code else None)
 
 
 def _dropped(tools: ToolSet, service: Service, session: Session) -> None:
@@ -211,6 +213,18 @@ def added(items: Iterable[ContextItem], param: str | None = None) -> list[ToolSp
             if resolved.file_search is not None:  # its stores are the request's: declared in `tools`
                 raise InvalidParam(
                     "additional_tools: a file_search tool is declared in the request's tools, not added by an item.",
+                    param=param or "input",
+                )
+            if resolved.code is not None:  # where its code runs is the request's too
+                raise InvalidParam(
+                    "additional_tools: a code_interpreter tool is declared in the request's tools, not added by an "
+                    "item.",
+                    param=param or "input",
+                )
+            if resolved.shell is not None:  # its container is the request's, as the stores of a file_search
+                raise InvalidParam(
+                    "additional_tools: a shell in a container is declared in the request's tools, not added by an "
+                    "item.",
                     param=param or "input",
                 )
             specs.extend(resolved.specs)

@@ -11,6 +11,7 @@ import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from urllib.parse import urlsplit
 
 from hotloop.chat.incremental import Encoder, PromptRenderer, TokenCache
 from hotloop.config import Settings
@@ -21,6 +22,8 @@ from hotloop.observability.history import FAMILIES as HISTORY_FAMILIES
 from hotloop.observability.history import History
 from hotloop.observability.metrics import CacheSize, Metrics
 from hotloop.observability.tracing import Tracing
+from hotloop.pipeline.containers.runtime import CodeRuntime
+from hotloop.pipeline.containers.service import Containers
 from hotloop.pipeline.filesearch.runtime import FileSearch, embeddings_of
 from hotloop.pipeline.mcp.declare import allowed, same_server
 from hotloop.pipeline.mcp.recent import RecentCalls
@@ -32,6 +35,7 @@ from hotloop.pipeline.state.session import Lane, Session
 from hotloop.pipeline.state.shared_limits import LimitTable, SharedConnectionSlots, SharedRateLimiter
 from hotloop.pipeline.state.state_lru import StateLRU
 from hotloop.safety import SafetyStage
+from hotloop.sandbox import Sandbox
 from hotloop.stores.base import Store
 
 LEDGER_DRAIN_TIMEOUT_S = 30.0
@@ -112,6 +116,16 @@ class Service:
         self.metrics = Metrics()
         # Vector stores' ingestion and search (pipeline/filesearch/, docs/file-search.md).
         self.file_search = FileSearch(store, settings.file_search_workers, self.metrics, embeddings_of(settings))
+        # Containers (the Containers API, and the code runtime's view of them): pipeline/containers/.
+        self.containers = Containers(store, settings)
+        # The code runtime: containers' sandboxes on this worker (pipeline/containers/runtime.py).
+        self.code = CodeRuntime(
+            self.containers,
+            Sandbox(max_containers=settings.containers_live_max),
+            settings.resolved_data_dir() / "containers",
+            settings.code_timeout_s,
+            settings.containers_live_max,
+        )
         # OpenTelemetry traces (docs/tracing.md): None while off, so a turn only checks for None.
         self.tracing = Tracing.configured(
             settings.otel_endpoint, settings.otel_protocol, settings.otel_traces, settings.otel_content
@@ -186,6 +200,14 @@ class Service:
             lanes,
         )
 
+    def no_code(self) -> str | None:
+        """Why this worker runs no code_interpreter code (the tool is then refused by name), or None."""
+        if not self.settings.code_interpreter:
+            return "this server runs no code (its code_interpreter setting is off)"
+        if urlsplit(self.settings.store_url).scheme in ("redis", "rediss"):
+            return "this server's store (Redis) keeps no containers"
+        return self.code.refusal()
+
     def start(self) -> None:
         """Start the background parts (the ledger's writer, the store's sweeper and deletion feed); called once the
         event loop runs."""
@@ -194,7 +216,10 @@ class Service:
         # cached chain that might have been deleted does.
         self.store.start(self.forget, self.forget_reloadable)
         self.file_search.start()
+        self.containers.start()
         loop = asyncio.get_running_loop()
+        if self.settings.code_interpreter:  # the sandbox's probe (a bwrap run), off the event loop, before a request
+            loop.run_in_executor(None, self.code.refusal)
         if self.metrics.mirror is not None:
             self._metrics_sync = loop.create_task(self._sync_metrics(), name="hotloop-metrics")
         if self.settings.console:
@@ -232,6 +257,8 @@ class Service:
         if self.background:
             await asyncio.gather(*self.background.values(), return_exceptions=True)
         await self.file_search.stop()
+        await self.containers.stop()
+        await self.code.stop()
         await self.models.close()
         await self.mcp.close()
         # Every response has ended (background ones just recorded their cancellation): write the ledger out

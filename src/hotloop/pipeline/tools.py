@@ -12,7 +12,7 @@ from hotloop.config import DEFAULT_DROPPED_TOOL_TYPES
 from hotloop.errors import InvalidParam
 from hotloop.filesearch.filters import compile_filter
 from hotloop.pipeline.mcp.declare import Declared, declare
-from hotloop.tools import file_search, multi_agent
+from hotloop.tools import code_interpreter, file_search, hosted_shell, multi_agent
 from hotloop.tools.function import declare_custom, declare_function, declare_namespace
 from hotloop.tools.grammar import Grammar
 from hotloop.tools.registry import BY_TYPE, HOSTED_TYPES, SEARCH_KINDS
@@ -38,6 +38,8 @@ class ToolSet(msgspec.Struct, frozen=True):
     deferred: tuple[ToolSpec, ...] = ()
     grammars: tuple[tuple[str, Grammar], ...] = ()  # custom tools' grammars by `tools[i].format.definition`
     file_search: file_search.Declared | None = None  # the server runs its searches (pipeline/steps/file_searches.py)
+    code: code_interpreter.Declared | None = None  # the server runs its code (pipeline/steps/code_runs.py)
+    shell: code_interpreter.Declared | None = None  # a hosted shell's container (pipeline/steps/shell_runs.py)
 
     def find(self, name: str, namespace: str | None = None) -> ToolSpec | None:
         """The tool named `name` in `namespace`, or by the name the model sees (`namespace.name`)."""
@@ -63,10 +65,14 @@ def _own_namespace(spec: ToolSpec) -> ToolSpec:
     return msgspec.structs.replace(spec, namespace=spec.name)
 
 
-def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFAULT_DROPPED) -> ToolSet:
+def resolve_tools(
+    tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFAULT_DROPPED, no_code: str | None = None
+) -> ToolSet:
     """Validate the `tools` array; function tools are echoed first, then the others as sent. A type this server
     does not run is refused by name (400 `unsupported_tool`), unless `drop` (the `drop_tool_types` setting) lists
-    it: then it is left out, and the set says so."""
+    it: then it is left out, and the set says so. `no_code`: why this server runs no code (its sandbox cannot
+    start here, or it is turned off): `code_interpreter` is refused by name with that reason, and so is a hosted
+    `shell` (tools/hosted_shell.py: its environment a container), by its `environment`."""
     functions: list[Any] = []
     others: list[Any] = []
     specs: list[ToolSpec] = []
@@ -75,12 +81,25 @@ def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFA
     deferred: list[ToolSpec] = []
     grammars: list[tuple[str, Grammar]] = []
     searches: file_search.Declared | None = None
+    code: code_interpreter.Declared | None = None
+    shell: code_interpreter.Declared | None = None
     drop = frozenset(drop)
     for index, raw in enumerate(tools or ()):
         param = f"tools[{index}]"
         kind = raw.get("type")
         later = raw.get("defer_loading") is True
-        if kind in BY_TYPE:  # a typed tool the client runs (hotloop/tools/)
+        if kind == hosted_shell.TYPE and hosted_shell.hosted(raw):  # run by the server, in a container
+            if no_code is not None:
+                raise InvalidParam(
+                    f"A shell in a container is not supported here: {no_code}. Use the environment 'local' (the "
+                    "client runs the commands).",
+                    param=f"{param}.environment",
+                    code="unsupported_tool",
+                )
+            spec, shell = hosted_shell.declare(raw, param)
+            specs.append(spec)
+            others.append(raw)
+        elif kind in BY_TYPE:  # a typed tool the client runs (hotloop/tools/)
             specs.append(BY_TYPE[kind].declare(raw, param))
             others.append(raw)
         elif kind in drop:
@@ -107,6 +126,18 @@ def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFA
                 compile_filter(searches.filters, param=f"{param}.filters")  # 400 naming the part that is wrong
             specs.append(spec)
             others.append(raw)
+        elif kind == code_interpreter.TYPE:
+            if no_code is not None:
+                raise InvalidParam(
+                    f"Tool type 'code_interpreter' is not supported here: {no_code}.",
+                    param=f"{param}.type",
+                    code="unsupported_tool",
+                )
+            if code is not None:
+                raise InvalidParam("Only one code_interpreter tool per request.", param=f"{param}.type")
+            spec, code = code_interpreter.declare(raw, param)
+            specs.append(spec)
+            others.append(raw)
         elif kind == "mcp":
             echo, declared = declare(raw, index)
             if any(server.label == declared.label for server in servers):
@@ -126,12 +157,22 @@ def resolve_tools(tools: list[dict[str, Any]] | None, drop: Iterable[str] = DEFA
         dropped=tuple(dropped),
         deferred=tuple(deferred),
         file_search=searches,
+        code=code,
+        shell=shell,
     )
     if (deferred or any(server.deferred for server in servers)) and found.search is None:
         raise InvalidParam(
             "Tools marked defer_loading need a tool_search tool to load them.", param="tools", code="invalid_value"
         )
     return found
+
+
+def runs_code(tools: Iterable[Any]) -> bool:
+    """Whether a request's tools run code in containers: a `code_interpreter`, a hosted `shell`."""
+    return any(
+        isinstance(tool, dict) and (tool.get("type") == code_interpreter.TYPE or hosted_shell.hosted(tool))
+        for tool in tools
+    )
 
 
 def unsupported(kind: str, param: str) -> InvalidParam:
@@ -192,12 +233,10 @@ def resolve_tool_choice(choice: str | dict[str, Any] | None, tools: ToolSet) -> 
         if spec is None:
             raise InvalidParam(f"tool_choice '{kind}' needs a '{kind}' tool in tools.", param="tool_choice.type")
         return ToolChoice(choice, tools, "required", spec.prompt_name)
-    if kind == file_search.TYPE:  # `{"type": "file_search"}`: the model searches first (openai's ToolChoiceTypes)
-        spec = next((spec for spec in tools.specs if spec.kind == file_search.KIND), None)
+    if kind in (file_search.TYPE, code_interpreter.TYPE):  # the model searches or runs code first (ToolChoiceTypes)
+        spec = next((spec for spec in tools.specs if spec.kind == kind), None)
         if spec is None:
-            raise InvalidParam(
-                "tool_choice 'file_search' needs a 'file_search' tool in tools.", param="tool_choice.type"
-            )
+            raise InvalidParam(f"tool_choice '{kind}' needs a '{kind}' tool in tools.", param="tool_choice.type")
         return ToolChoice(choice, tools, "required", spec.prompt_name)
     if kind == "mcp":  # one MCP server's tools, or one of them (ToolChoiceMcp)
         label, name = choice.get("server_label"), choice.get("name")
@@ -236,8 +275,12 @@ def _required_not_run(allowed: list[Any], tools: ToolSet) -> InvalidParam | None
 
 
 def _same_kind(declared: str, kind: str) -> bool:
-    """A typed tool's kind; a tool search is one whichever side runs it."""
-    return declared == kind or (declared in SEARCH_KINDS and kind in SEARCH_KINDS)
+    """A typed tool's kind; a tool search is one whichever side runs it, and so is a shell."""
+    return (
+        declared == kind
+        or (declared in SEARCH_KINDS and kind in SEARCH_KINDS)
+        or (declared == hosted_shell.TYPE and kind == hosted_shell.KIND)
+    )
 
 
 def _names(entry: object, spec: ToolSpec) -> bool:
@@ -248,8 +291,8 @@ def _names(entry: object, spec: ToolSpec) -> bool:
     kind = entry.get("type")
     if kind in BY_TYPE:
         return _same_kind(BY_TYPE[kind].kind, spec.kind)
-    if kind == file_search.TYPE:
-        return spec.kind == file_search.KIND
+    if kind in (file_search.TYPE, code_interpreter.TYPE):
+        return spec.kind == kind
     if kind == "mcp":
         return (
             spec.kind == "mcp"

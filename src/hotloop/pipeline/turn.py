@@ -41,7 +41,7 @@ from hotloop.tools.multi_agent import ROOT
 from hotloop.tools.registry import build_call
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
-from hotloop.wire.file_search import shows_results
+from hotloop.wire.included import shown
 from hotloop.wire.items import Compaction
 from hotloop.wire.request import CreateRequest
 from hotloop.wire.response import ErrorInfo, Response
@@ -64,9 +64,9 @@ class Turn:
             typed=build_call,
             checks=input_checks([*prepared.tools.specs, *prepared.tools.deferred]),
             agent=ROOT if self.multi_agent else None,
-            # A search's results go out only when included (stored whole either way: wire/file_search.py); a
-            # message after a search cites its results (tools/file_search.py).
-            results=shows_results(prepared.request.include),
+            # A search's results and a code run's outputs go out only when included (stored whole either way:
+            # wire/included.py); a message after a search cites its results (tools/file_search.py).
+            shown=shown(prepared.request.include),
             cite=file_search.citations if prepared.tools.file_search is not None else None,
         )
         # A multi-agent response runs subagents (pipeline/agents/) and waits for its client's tool outputs on

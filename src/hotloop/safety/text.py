@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from hotloop.tools import file_search, mcp
+from hotloop.tools import code_interpreter, file_search, mcp
 from hotloop.tools.mcp import McpItem, leaf_strings
 from hotloop.tools.registry import BY_ITEM
 from hotloop.wire.agent_items import AgentMessage, MultiAgentCall, MultiAgentCallOutput
@@ -24,7 +24,7 @@ from hotloop.wire.items import (
     Reasoning,
     Refusal,
 )
-from hotloop.wire.tool_items import FileSearchCall, TypedOutputItem
+from hotloop.wire.tool_items import CodeInterpreterCall, FileSearchCall, TypedOutputItem
 
 
 def _parts_text(parts: Sequence[Any]) -> Iterator[str]:
@@ -53,6 +53,8 @@ def item_texts(item: ContextItem) -> Iterator[str]:
         yield from mcp.texts(item)
     elif isinstance(item, FileSearchCall):
         yield from file_search.texts(item)
+    elif isinstance(item, CodeInterpreterCall):
+        yield from code_interpreter.texts(item)
     elif isinstance(item, FunctionCallOutput | CustomToolCallOutput):
         yield from tool_output_texts(item)
     elif isinstance(item, MultiAgentCall):
@@ -100,6 +102,8 @@ def tool_output_texts(item: ContextItem) -> Iterator[str]:
         yield from mcp.output_texts(item)
     elif isinstance(item, FileSearchCall):
         yield from file_search.result_texts(item)
+    elif isinstance(item, CodeInterpreterCall):
+        yield from code_interpreter.output_texts(item)
     elif isinstance(item, MultiAgentCallOutput):
         for part in item.output:
             yield part.text

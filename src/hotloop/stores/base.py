@@ -8,6 +8,7 @@ from typing import Literal, Protocol
 import msgspec
 
 from hotloop.metering.records import UsageRecord
+from hotloop.stores.containers import ContainerStore
 from hotloop.stores.conversations import ConversationStore
 from hotloop.stores.files import FileStore
 from hotloop.stores.pages import ItemPage, UsagePage
@@ -24,7 +25,7 @@ class Chain(msgspec.Struct):
     context: list[ContextItem]
 
 
-class Store(Sweepable, ConversationStore, FileStore, VectorStoreStore, Protocol):
+class Store(Sweepable, ConversationStore, FileStore, VectorStoreStore, ContainerStore, Protocol):
     """Every method raises `StoreUnavailable` (503) when the store cannot be reached; a failed `save` leaves
     nothing readable (a response and its items are written in one atomic step)."""
 

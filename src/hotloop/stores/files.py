@@ -47,6 +47,16 @@ async def read_chunk(content: BinaryIO) -> bytes:
         raise ServerError(f"The uploaded file could not be read back: {exc}") from exc
 
 
+async def chunks_of(content: bytes | BinaryIO) -> AsyncIterator[bytes]:
+    """`content` in pieces of CHUNK_BYTES at most, as a store writes them: bytes sliced, a file read off the loop."""
+    if isinstance(content, bytes):
+        for start in range(0, len(content), CHUNK_BYTES):
+            yield content[start : start + CHUNK_BYTES]
+        return
+    while chunk := await read_chunk(content):
+        yield chunk
+
+
 class FileStore(Protocol):
     """Owner-scoped like responses: another owner's file, or one past its `expires_at`, reads as missing."""
 

@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 
 from hotloop.metering.records import UsageRecord, UsageTotals
+from hotloop.stores import postgres_container_sql as container_sql
 from hotloop.stores import postgres_sql as sql
 from hotloop.stores import postgres_vector_sql as vector_sql
 from hotloop.stores.base import Chain
@@ -27,6 +28,7 @@ from hotloop.stores.codec import chain_from_rows, decode_item, encode, encode_re
 from hotloop.stores.files import sweep_expired_files
 from hotloop.stores.health import Health
 from hotloop.stores.pages import ItemPage, UsagePage
+from hotloop.stores.postgres_containers import PostgresContainers
 from hotloop.stores.postgres_conversations import PostgresConversations
 from hotloop.stores.postgres_files import PostgresFiles
 from hotloop.stores.postgres_vector_stores import PostgresVectorStores
@@ -68,13 +70,13 @@ def split_schema(url: str) -> tuple[str, str]:
     return urlunsplit(parts._replace(query=rest)), schema
 
 
-class PostgresStore(PostgresConversations, PostgresFiles, PostgresVectorStores):
+class PostgresStore(PostgresConversations, PostgresFiles, PostgresVectorStores, PostgresContainers):
     def __init__(self, url: str, retention: Retention | None = None) -> None:
         self._dsn, self.schema = split_schema(url)
         self.retention = retention or Retention()
         self._sql = {
             name: text.replace("{s}", f'"{self.schema}"')
-            for module in (sql, vector_sql)
+            for module in (sql, vector_sql, container_sql)
             for name, text in vars(module).items()
             if name.isupper()
         }
@@ -102,6 +104,7 @@ class PostgresStore(PostgresConversations, PostgresFiles, PostgresVectorStores):
                         await conn.execute(self._sql["SCHEMA_LOCK"], self.schema)  # replicas starting together
                         await conn.execute(self._sql["SCHEMA"])
                         await conn.execute(self._sql["VECTOR_SCHEMA"])
+                        await conn.execute(self._sql["CONTAINER_SCHEMA"])
                 except BaseException:
                     await pool.close()
                     raise

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 import asyncpg
 import msgspec
 
-from hotloop.stores.files import FilePage, read_chunk
+from hotloop.stores.files import FilePage, chunks_of
 from hotloop.stores.health import Health
 from hotloop.wire.files import FileObject, file_decoder
 
@@ -27,15 +27,28 @@ class PostgresFiles:
 
         async def remove_file_everywhere(self, conn: Any, file_id: str) -> None: ...
 
+    async def _put_blob(self, conn: Any, key: str, chunks: AsyncIterator[bytes]) -> int:
+        """Write bytes under `key` in `file_chunks` within the caller's transaction; their size. A container file's
+        bytes go the same way (postgres_containers.py)."""
+        seq = size = 0
+        async for chunk in chunks:
+            await conn.execute(self._sql["INSERT_FILE_CHUNK"], key, seq, chunk)
+            seq += 1
+            size += len(chunk)
+        return size
+
+    async def _blob_chunks(self, key: str) -> AsyncIterator[bytes]:
+        seq = 0
+        while rows := await self._fetch("FILE_CHUNK", key, seq):
+            yield bytes(rows[0][0])
+            seq += 1
+
     async def put_file(self, owner: str, file: FileObject, content: BinaryIO) -> None:
         body = msgspec.json.encode(file)
         async with self.health.guard():
             pool = await self._connected()
             async with pool.acquire() as conn, conn.transaction():
-                seq = 0
-                while chunk := await read_chunk(content):
-                    await conn.execute(self._sql["INSERT_FILE_CHUNK"], file.id, seq, chunk)
-                    seq += 1
+                await self._put_blob(conn, file.id, chunks_of(content))
                 await conn.execute(
                     self._sql["INSERT_FILE"], file.id, owner, file.purpose, file.created_at, file.expires_at, body
                 )
@@ -50,11 +63,8 @@ class PostgresFiles:
         rows = await self._fetch(f"LIST_FILES_{order.upper()}", owner, purpose, after, limit + 1)
         return FilePage([file_decoder.decode(row[0]) for row in rows[:limit]], len(rows) > limit)
 
-    async def file_content(self, owner: str, file: FileObject) -> AsyncIterator[bytes]:
-        seq = 0
-        while rows := await self._fetch("FILE_CHUNK", file.id, seq):
-            yield bytes(rows[0][0])
-            seq += 1
+    def file_content(self, owner: str, file: FileObject) -> AsyncIterator[bytes]:
+        return self._blob_chunks(file.id)
 
     async def delete_file(self, owner: str, file_id: str) -> bool:
         """With its place in every vector store (postgres_vector_stores.py), in the same transaction."""

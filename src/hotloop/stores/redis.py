@@ -24,6 +24,7 @@ from hotloop.stores.base import Chain
 from hotloop.stores.codec import decode_blob, encode, encode_blob, encode_response, usage_decoder
 from hotloop.stores.health import Health
 from hotloop.stores.pages import ItemPage, UsagePage
+from hotloop.stores.redis_containers import RedisContainers
 from hotloop.stores.redis_conversations import RedisConversations
 from hotloop.stores.redis_files import RedisFiles
 from hotloop.stores.redis_vector_stores import RedisVectorStores
@@ -58,7 +59,7 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class RedisStore(RedisConversations, RedisFiles, RedisVectorStores):
+class RedisStore(RedisConversations, RedisFiles, RedisVectorStores, RedisContainers):
     def __init__(self, url: str, retention: Retention | None = None) -> None:
         plain_url, self.prefix = split_prefix(url)
         self.retention = retention or Retention()

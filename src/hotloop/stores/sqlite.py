@@ -28,6 +28,7 @@ from hotloop.stores.file_changes import FileChanges
 from hotloop.stores.files import sweep_expired_files
 from hotloop.stores.pages import ItemPage, UsagePage
 from hotloop.stores.retention import Background, DeletionHandler, GapHandler, Retention
+from hotloop.stores.sqlite_containers import CONTAINER_SCHEMA, SQLiteContainers
 from hotloop.stores.sqlite_conversations import CONVERSATION_SCHEMA, SQLiteConversations
 from hotloop.stores.sqlite_files import FILE_SCHEMA, SQLiteFiles
 from hotloop.stores.sqlite_vector_stores import VECTOR_STORE_SCHEMA, SQLiteVectorStores
@@ -150,7 +151,7 @@ def _wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.02)
 
 
-class SQLiteStore(SQLiteConversations, SQLiteFiles, SQLiteVectorStores):
+class SQLiteStore(SQLiteConversations, SQLiteFiles, SQLiteVectorStores, SQLiteContainers):
     def __init__(self, path: Path, retention: Retention | None = None) -> None:
         self._path = path
         self._announcements = path.with_name(path.name + ANNOUNCE_SUFFIX)
@@ -165,6 +166,7 @@ class SQLiteStore(SQLiteConversations, SQLiteFiles, SQLiteVectorStores):
         writer.executescript(CONVERSATION_SCHEMA)
         writer.executescript(FILE_SCHEMA)
         writer.executescript(VECTOR_STORE_SCHEMA)
+        writer.executescript(CONTAINER_SCHEMA)
         if "size" not in {row[1] for row in writer.execute("PRAGMA table_info(responses)")}:
             writer.executescript(f"BEGIN IMMEDIATE; {MIGRATE_SIZE} COMMIT;")
         writer.execute("INSERT OR IGNORE INTO stats VALUES ('bytes', 0)")

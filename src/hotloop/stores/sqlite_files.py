@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, BinaryIO, Literal, TypeVar
 
 import msgspec
 
-from hotloop.stores.files import FilePage, read_chunk
+from hotloop.stores.files import FilePage, chunks_of
 from hotloop.stores.sqlite_vector_stores import remove_file_everywhere
 from hotloop.wire.files import FileObject, file_decoder
 
@@ -54,12 +54,25 @@ class SQLiteFiles:
 
         async def _write(self, work: Callable[[sqlite3.Connection], T]) -> T: ...
 
-    async def put_file(self, owner: str, file: FileObject, content: BinaryIO) -> None:
+    async def _put_blob(self, key: str, chunks: AsyncIterator[bytes]) -> int:
+        """Write bytes under `key` in `file_chunks`, a chunk a step; their size. The caller deletes them on failure.
+        A container file's bytes go the same way (sqlite_containers.py)."""
+        seq = size = 0
+        async for chunk in chunks:
+            await self._write(insert_chunk(key, seq, chunk))
+            seq += 1
+            size += len(chunk)
+        return size
+
+    async def _blob_chunks(self, key: str) -> AsyncIterator[bytes]:
         seq = 0
+        while (chunk := await self._read(chunk_at(key, seq))) is not None:
+            yield chunk
+            seq += 1
+
+    async def put_file(self, owner: str, file: FileObject, content: BinaryIO) -> None:
         try:
-            while chunk := await read_chunk(content):
-                await self._write(_insert_chunk(file.id, seq, chunk))
-                seq += 1
+            await self._put_blob(file.id, chunks_of(content))
             body = msgspec.json.encode(file)
 
             def insert(conn: sqlite3.Connection) -> None:
@@ -70,7 +83,7 @@ class SQLiteFiles:
 
             await self._write(insert)
         except BaseException:
-            await asyncio.shield(self._write(_delete_chunks(file.id)))
+            await asyncio.shield(self._write(delete_chunks(file.id)))
             raise
 
     async def get_file(self, owner: str, file_id: str) -> FileObject | None:
@@ -97,14 +110,8 @@ class SQLiteFiles:
         bodies = await self._read(work)
         return FilePage([file_decoder.decode(body) for body in bodies[:limit]], len(bodies) > limit)
 
-    async def file_content(self, owner: str, file: FileObject) -> AsyncIterator[bytes]:
-        seq = 0
-        while True:
-            chunk = await self._read(_chunk(file.id, seq))
-            if chunk is None:
-                return
-            yield chunk
-            seq += 1
+    def file_content(self, owner: str, file: FileObject) -> AsyncIterator[bytes]:
+        return self._blob_chunks(file.id)
 
     async def delete_file(self, owner: str, file_id: str) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
@@ -131,21 +138,21 @@ class SQLiteFiles:
         return await self._write(work)
 
 
-def _insert_chunk(file_id: str, seq: int, chunk: bytes) -> Callable[[sqlite3.Connection], None]:
+def insert_chunk(file_id: str, seq: int, chunk: bytes) -> Callable[[sqlite3.Connection], None]:
     def work(conn: sqlite3.Connection) -> None:
         conn.execute("INSERT INTO file_chunks VALUES (?, ?, ?)", (file_id, seq, chunk))
 
     return work
 
 
-def _delete_chunks(file_id: str) -> Callable[[sqlite3.Connection], None]:
+def delete_chunks(file_id: str) -> Callable[[sqlite3.Connection], None]:
     def work(conn: sqlite3.Connection) -> None:
         conn.execute("DELETE FROM file_chunks WHERE file_id = ?", (file_id,))
 
     return work
 
 
-def _chunk(file_id: str, seq: int) -> Callable[[sqlite3.Connection], bytes | None]:
+def chunk_at(file_id: str, seq: int) -> Callable[[sqlite3.Connection], bytes | None]:
     def work(conn: sqlite3.Connection) -> bytes | None:
         row = conn.execute("SELECT data FROM file_chunks WHERE file_id = ? AND seq = ?", (file_id, seq)).fetchone()
         return bytes(row[0]) if row else None

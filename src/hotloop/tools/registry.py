@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from hotloop.tools import file_search, multi_agent
+from hotloop.tools import code_interpreter, file_search, hosted_shell, multi_agent
 from hotloop.tools.apply_patch import APPLY_PATCH
 from hotloop.tools.client import ClientTool
 from hotloop.tools.computer import COMPUTER
@@ -23,7 +23,7 @@ from hotloop.wire.items import (
     FunctionCall,
     FunctionCallOutput,
 )
-from hotloop.wire.tool_items import FileSearchCall, TypedCallItem
+from hotloop.wire.tool_items import CodeInterpreterCall, FileSearchCall, TypedCallItem
 
 CLIENT_TOOLS: tuple[ClientTool, ...] = (SHELL, LOCAL_SHELL, APPLY_PATCH, COMPUTER, TOOL_SEARCH)
 BY_TYPE: dict[str, ClientTool] = {name: tool for tool in CLIENT_TOOLS for name in tool.types}
@@ -38,7 +38,6 @@ TYPED_ITEM_TYPES = frozenset(BY_ITEM)
 # and Cline always send: config.DEFAULT_DROPPED_TOOL_TYPES) drops it, logged and counted.
 HOSTED_TYPES = frozenset(
     {
-        "code_interpreter",
         "image_generation",
         "programmatic_tool_calling",
         "web_search",
@@ -87,12 +86,16 @@ def answered(items: Iterable[Any]) -> set[str]:
 
 def build_call(
     kind: str, call_id: str, arguments: str, complete: bool, name: str = ""
-) -> TypedCallItem | MultiAgentCall | FileSearchCall:
+) -> TypedCallItem | MultiAgentCall | FileSearchCall | CodeInterpreterCall:
     """wire/builder.py's `CallBuilder`: the typed call item of a kind's call the model wrote (`name`: the tool's)."""
     if kind == multi_agent.KIND:
         return multi_agent.build(name, call_id, arguments)
     if kind == file_search.KIND:  # run by the server (pipeline/steps/file_searches.py)
         return file_search.build(arguments, complete)
+    if kind == code_interpreter.KIND:  # run by the server (pipeline/steps/code_runs.py)
+        return code_interpreter.build(arguments, complete)
+    if kind == hosted_shell.KIND:  # the client's shell_call, run by the server (pipeline/steps/shell_runs.py)
+        return hosted_shell.build(call_id, arguments, complete)
     if kind == CLIENT_KIND:
         return TOOL_SEARCH.build(call_id, arguments, complete, "client")
     return BY_KIND[kind].build(call_id, arguments, complete)

@@ -38,14 +38,15 @@ class Shell(ClientTool):
     }
 
     def declare(self, raw: dict[str, Any], param: str) -> ToolSpec:
+        """`local` or no environment: the client runs the commands (a container's: tools/hosted_shell.py)."""
         environment = raw.get("environment")
         if environment is not None and (not isinstance(environment, dict) or environment.get("type") != "local"):
             kind = environment.get("type") if isinstance(environment, dict) else environment
             raise InvalidParam(
-                f"Shell environment {kind!r} asks for a hosted container, which this server does not have; use "
-                "'local' (or none), and the client runs the commands.",
-                param=f"{param}.environment",
-                code="unsupported_tool",
+                f"Shell environment {kind!r} is not one of 'local' (the client runs the commands), "
+                "'container_auto' or 'container_reference' (the server runs them in a container).",
+                param=f"{param}.environment.type" if isinstance(environment, dict) else f"{param}.environment",
+                code="invalid_value",
             )
         return super().declare(raw, param)
 
@@ -74,6 +75,8 @@ class Shell(ClientTool):
         out: dict[str, Any] = {"commands": item.action.commands}
         if item.action.timeout_ms is not None:
             out["timeout_ms"] = item.action.timeout_ms
+        if item.action.max_output_length is not None:  # a hosted shell's model writes it (tools/hosted_shell.py)
+            out["max_output_length"] = item.action.max_output_length
         return out
 
     def output_content(self, item: TypedOutputItem) -> str | list[InputPart]:

@@ -20,6 +20,7 @@ from hotloop.pipeline.service import Service
 from hotloop.transports import http
 from hotloop.transports.asgi import error_response
 from hotloop.transports.console import console_routes
+from hotloop.transports.containers import container_routes
 from hotloop.transports.conversations import conversation_routes
 from hotloop.transports.doors import Doors, DoorsMiddleware
 from hotloop.transports.files import file_routes
@@ -100,6 +101,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
         *conversation_routes(),
         *file_routes(),
         *vector_store_routes(),
+        *container_routes(),
         *console_routes(),
     ]
     return Starlette(

@@ -14,7 +14,7 @@ from hotloop.pipeline.objects import conversations
 from hotloop.transports.asgi import included
 from hotloop.transports.http import http_session, raw_json, read_body
 from hotloop.transports.paging import page_params
-from hotloop.wire.file_search import shows_results
+from hotloop.wire.included import shown
 
 _encode = msgspec.json.Encoder().encode
 Handler = Callable[[Request], Awaitable[Response]]
@@ -36,17 +36,17 @@ def _endpoint(operation: Callable[..., Awaitable[Any]], *path: str, body: bool =
 async def list_items(request: Request) -> Response:
     service, session = http_session(request)
     after, limit, order = page_params(request.query_params)
-    results = shows_results(included(request.query_params))  # `include`: a file search's results
+    showing = shown(included(request.query_params))  # `include`: a file search's results, a code run's outputs
     page = await conversations.list_items(
-        service, session, request.path_params["conversation_id"], after=after, limit=limit, order=order, results=results
+        service, session, request.path_params["conversation_id"], after=after, limit=limit, order=order, shown=showing
     )
     return raw_json(_encode(page))
 
 
 async def get_item(request: Request) -> Response:
     service, session = http_session(request)
-    path, results = request.path_params, shows_results(included(request.query_params))
-    item = await conversations.get_item(service, session, path["conversation_id"], path["item_id"], results)
+    path, showing = request.path_params, shown(included(request.query_params))
+    item = await conversations.get_item(service, session, path["conversation_id"], path["item_id"], showing)
     return raw_json(_encode(item))
 
 

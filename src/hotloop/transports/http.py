@@ -37,7 +37,7 @@ from hotloop.transports.paging import page_params
 from hotloop.transports.sse import SendState, sse_response
 from hotloop.wire.codex_catalog import CLIENT_VERSION_PARAM, codex_catalog
 from hotloop.wire.events import Event
-from hotloop.wire.file_search import shows_results, visible
+from hotloop.wire.included import NOTHING, shown, visible
 from hotloop.wire.replay import replay_events
 from hotloop.wire.request import decode_create
 from hotloop.wire.response import encode
@@ -142,7 +142,7 @@ async def _json_result(request: Request, turn: Turn) -> Response:
         code, message = response.error.code, response.error.message
         error = {"message": message, "type": failure.type, "param": failure.param, "code": code}
         return JSONResponse({"error": error}, status_code=failure.status)
-    return raw_json(encode(visible(response, shows_results(turn.prepared.request.include))))
+    return raw_json(encode(visible(response, shown(turn.prepared.request.include))))
 
 
 async def _background(service: Service, turn: Turn, *, stream: bool) -> Response:
@@ -158,14 +158,15 @@ async def get_response(request: Request) -> Response:
 
     `starting_after=N` sends only the events with `sequence_number > N`; `include_obfuscation` is accepted and
     ignored. A background response still generating is waited for, then replayed whole (`stored.finished_response`).
-    `include=file_search_call.results` (or `include[]=`, as openai-python sends it) shows its searches' results.
+    `include=file_search_call.results` (or `include[]=`, as openai-python sends it) shows its searches' results,
+    `include=code_interpreter_call.outputs` its code runs' outputs (wire/included.py).
     """
     service, session = http_session(request)
     query = request.query_params
     response_id = request.path_params["response_id"]
-    results = shows_results(included(query))
+    showing = shown(included(query))
     if query.get("stream") not in ("true", "1"):
-        return raw_json(encode(visible(await stored.get_response(service, session, response_id), results)))
+        return raw_json(encode(visible(await stored.get_response(service, session, response_id), showing)))
     raw_after = query.get("starting_after")
     after = -1
     if raw_after is not None:
@@ -174,7 +175,7 @@ async def get_response(request: Request) -> Response:
         after = int(raw_after)
     response = await stored.finished_response(service, session, response_id)
     events = replay_events(
-        response, starting_after=after, reasoning_events=service.settings.reasoning_events, results=results
+        response, starting_after=after, reasoning_events=service.settings.reasoning_events, shown=showing
     )
 
     async def replay() -> AsyncGenerator[Event, None]:
@@ -202,7 +203,7 @@ async def list_input_items(request: Request) -> Response:
 async def cancel_response(request: Request) -> Response:
     service, session = http_session(request)
     response = await stored.cancel_response(service, session, request.path_params["response_id"])
-    return raw_json(encode(visible(response, False)))
+    return raw_json(encode(visible(response, NOTHING)))
 
 
 async def list_usage(request: Request) -> Response:

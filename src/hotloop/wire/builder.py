@@ -20,8 +20,11 @@ from hotloop.errors import failure_of
 from hotloop.ids import new_id
 from hotloop.wire import events as ev
 from hotloop.wire.agent_items import MultiAgentCall
+from hotloop.wire.code_interpreter import CodeInterpreterBuilder
 from hotloop.wire.events import Event
-from hotloop.wire.file_search import Citer, FileSearchBuilder, visible
+from hotloop.wire.file_search import Citer, FileSearchBuilder
+from hotloop.wire.hosted_shell import HostedShellBuilder
+from hotloop.wire.included import EVERYTHING, Shown, visible
 from hotloop.wire.items import (
     Compaction,
     CustomToolCall,
@@ -38,10 +41,10 @@ from hotloop.wire.items import (
 from hotloop.wire.mcp_builder import McpBuilder
 from hotloop.wire.output import Output
 from hotloop.wire.response import ErrorInfo, IncompleteDetails, Response, Usage
-from hotloop.wire.tool_items import FileSearchCall, ShellCall, TypedCallItem
+from hotloop.wire.tool_items import CodeInterpreterCall, FileSearchCall, ShellCall, TypedCallItem
 
 # A call item built whole from the model's arguments: a typed client tool's, a multi-agent action's, a file search.
-CallItem = TypedCallItem | MultiAgentCall | FileSearchCall
+CallItem = TypedCallItem | MultiAgentCall | FileSearchCall | CodeInterpreterCall
 
 # The tool kinds whose calls are the items of §2.5; any other kind a backend names is a typed client tool (§1.11).
 _PLAIN_KINDS = frozenset({"function", "custom", "mcp"})
@@ -98,7 +101,7 @@ _CALL_DELTAS: dict[type[Any], type[ev._Event]] = {
 }
 
 
-class ResponseBuilder(McpBuilder, FileSearchBuilder):
+class ResponseBuilder(McpBuilder, FileSearchBuilder, CodeInterpreterBuilder, HostedShellBuilder):
     def __init__(
         self,
         response: Response,
@@ -109,11 +112,11 @@ class ResponseBuilder(McpBuilder, FileSearchBuilder):
         checks: InputChecks | None = None,
         agent: dict[str, str] | None = None,
         output: Output | None = None,
-        results: bool = True,
+        shown: Shown = EVERYTHING,
         cite: Citer | None = None,
     ) -> None:
-        """`results`: the request included `file_search_call.results` (or has no search: nothing to hide);
-        `cite`: how a message's text cites the searches' results (wire/file_search.py)."""
+        """`shown`: what of the server-run calls the request included (wire/included.py; everything where nothing
+        is hidden); `cite`: how a message's text cites the searches' results (wire/file_search.py)."""
         # The response lives in its stream (`output`'s, when given: a subagent's branch), written through it alone.
         self.out = output if output is not None else Output(response, stream_id)
         self._agent = agent  # a multi-agent response's: on each item it makes (protocol.md §1.12)
@@ -129,7 +132,9 @@ class ResponseBuilder(McpBuilder, FileSearchBuilder):
         self._text: list[str] = []
         self._emit = self.out.emit
         self._init_mcp()
-        self._init_file_search(results, cite)
+        self.out.shown = shown
+        self._init_file_search(cite)
+        self._init_code()
 
     @property
     def response(self) -> Response:
@@ -145,7 +150,7 @@ class ResponseBuilder(McpBuilder, FileSearchBuilder):
 
     def _snapshot(self) -> Response:
         # Events are encoded the moment they are built, so the live object shows its state at that moment.
-        return visible(self.response, self.out.results)
+        return visible(self.response, self.out.shown)
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -337,19 +342,15 @@ class ResponseBuilder(McpBuilder, FileSearchBuilder):
         (protocol.md §1.11), `output_item.done` (held behind an MCP call not run yet, as any item's)."""
         if isinstance(item, FileSearchCall):  # the server runs it: it waits for its results (wire/file_search.py)
             return self.file_search_call(item)
+        if isinstance(item, CodeInterpreterCall):  # the server runs it too (wire/code_interpreter.py)
+            return self.code_interpreter_call(item)
         item = self._agent_of(item)  # type: ignore[assignment]
+        if isinstance(item, ShellCall) and item.hosted:  # a hosted shell's: the server runs it (wire/hosted_shell.py)
+            return self.hosted_shell_call(item)
         index = self._index
         out = [self._emit(ev.OutputItemAdded, output_index=index, item=item)]
         if isinstance(item, ShellCall):
-            for number, command in enumerate(item.action.commands):
-                out.append(self._emit(ev.ShellCallCommandAdded, output_index=index, command_index=number, command=""))
-                if command:
-                    out.append(
-                        self._emit(ev.ShellCallCommandDelta, output_index=index, command_index=number, delta=command)
-                    )
-                out.append(
-                    self._emit(ev.ShellCallCommandDone, output_index=index, command_index=number, command=command)
-                )
+            out += self.shell_commands(index, item)
         out += self.out.end(index, item)
         return out
 
@@ -445,7 +446,7 @@ class ResponseBuilder(McpBuilder, FileSearchBuilder):
         out: list[Event] = []
         if inband_error is not None:
             out.append(self._emit(ev.StreamError, error=inband_error))
-        response = visible(self.response, self.out.results)
+        response = visible(self.response, self.out.shown)
         out.append(self._emit(ev.TERMINAL_EVENTS[self.response.status], terminal=True, response=response))
         return out
 

@@ -8,6 +8,7 @@ import msgspec
 
 from hotloop.wire.items import OutputText, ReasoningText, Refusal, ResponseItem
 from hotloop.wire.response import Response
+from hotloop.wire.tool_items import ShellOutput
 
 
 class _Event(msgspec.Struct, tag_field="type", omit_defaults=True, kw_only=True):
@@ -180,22 +181,48 @@ class McpCallFailed(_McpEvent, tag="response.mcp_call.failed"):
     pass
 
 
-# A `file_search_call` the server runs (tools/file_search.py): OpenAI's events, as openai-python types them
-# (`response_file_search_call_*_event.py`); not in the Open Responses schema.
-class _FileSearchEvent(_Event):
+class _ServerCallEvent(_Event):
+    """An event of a call the server runs inside the response (a file search, a code run)."""
+
     item_id: str
     output_index: int
 
 
-class FileSearchCallInProgress(_FileSearchEvent, tag="response.file_search_call.in_progress"):
+# A `file_search_call` the server runs (tools/file_search.py): OpenAI's events, as openai-python types them
+# (`response_file_search_call_*_event.py`); not in the Open Responses schema.
+
+
+class FileSearchCallInProgress(_ServerCallEvent, tag="response.file_search_call.in_progress"):
     pass
 
 
-class FileSearchCallSearching(_FileSearchEvent, tag="response.file_search_call.searching"):
+class FileSearchCallSearching(_ServerCallEvent, tag="response.file_search_call.searching"):
     pass
 
 
-class FileSearchCallCompleted(_FileSearchEvent, tag="response.file_search_call.completed"):
+class FileSearchCallCompleted(_ServerCallEvent, tag="response.file_search_call.completed"):
+    pass
+
+
+# A `code_interpreter_call` the server runs (tools/code_interpreter.py): OpenAI's events, as openai-python types them
+# (`response_code_interpreter_call_*_event.py`); not in the Open Responses schema.
+class CodeInterpreterCallInProgress(_ServerCallEvent, tag="response.code_interpreter_call.in_progress"):
+    pass
+
+
+class CodeInterpreterCallCodeDelta(_ServerCallEvent, tag="response.code_interpreter_call_code.delta"):
+    delta: str
+
+
+class CodeInterpreterCallCodeDone(_ServerCallEvent, tag="response.code_interpreter_call_code.done"):
+    code: str
+
+
+class CodeInterpreterCallInterpreting(_ServerCallEvent, tag="response.code_interpreter_call.interpreting"):
+    pass
+
+
+class CodeInterpreterCallCompleted(_ServerCallEvent, tag="response.code_interpreter_call.completed"):
     pass
 
 
@@ -234,6 +261,23 @@ class ShellCallCommandDone(_Event, tag="response.shell_call_command.done"):
     output_index: int
     command_index: int
     command: str
+
+
+# A hosted shell's `shell_call_output` (wire/hosted_shell.py; openai-python's ResponseShellCallOutputContent*Event):
+# per command, its stdout and stderr as one delta, then done with the command's output; between the output item's
+# `output_item.added` and `.done`.
+class ShellCallOutputContentDelta(_Event, tag="response.shell_call_output_content.delta"):
+    item_id: str
+    output_index: int
+    command_index: int
+    delta: dict[str, str]  # {stdout?, stderr?}
+
+
+class ShellCallOutputContentDone(_Event, tag="response.shell_call_output_content.done"):
+    item_id: str
+    output_index: int
+    command_index: int
+    output: list[ShellOutput]  # the command's output, one entry
 
 
 class StreamError(_Event, tag="error"):

@@ -5,7 +5,7 @@ A search the model wrote goes out at once (`output_item.added`, status `in_progr
 the output (wire/output.py) until the server ran it (pipeline/steps/file_searches.py):
 `response.file_search_call.in_progress`, `.searching`, then `.completed` and `output_item.done` with the item's
 final status (`failed`: no `.completed`; `incomplete`: not run, only its done). The stored item keeps its results;
-what a client sees shows them only with `include: ["file_search_call.results"]` (`visible`).
+what a client sees shows them only with `include: ["file_search_call.results"]` (wire/included.py).
 
 A message closed after a search with results carries the `file_citation` annotations of the results it cites,
 each announced by `response.output_text.annotation.added` before `response.output_text.done`: which text cites
@@ -14,33 +14,19 @@ which result is the kind's rule (tools/file_search.py `citations`), handed in as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 
 from hotloop.wire import events as ev
 from hotloop.wire.events import Event
+from hotloop.wire.included import hide
 from hotloop.wire.output import Output
-from hotloop.wire.response import Response
-from hotloop.wire.tool_items import FileSearchCall, FileSearchResult, FileSearchStatus, without_results
-
-RESULTS = "file_search_call.results"  # the `include` value that shows a search's results
+from hotloop.wire.tool_items import FileSearchCall, FileSearchResult, FileSearchStatus
 
 # The annotations a message's text gets from the searches before it (tools/file_search.py `citations`).
 Citer = Callable[[str, Sequence[FileSearchCall]], list[Any]]
-
-
-def shows_results(include: Iterable[str] | None) -> bool:
-    return RESULTS in (include or ())
-
-
-def visible(response: Response, results: bool) -> Response:
-    """The response as its client sees it: without its searches' results unless they were included (`response`
-    itself when nothing is hidden)."""
-    if results or not any(type(item) is FileSearchCall and isinstance(item.results, list) for item in response.output):
-        return response
-    return msgspec.structs.replace(response, output=[without_results(item) for item in response.output])
 
 
 class FileSearchBuilder:
@@ -48,9 +34,9 @@ class FileSearchBuilder:
 
     # Provided by ResponseBuilder.
     out: Output
+    file_citations: Callable[[str], list[Any]]  # the code's files the text names (wire/code_interpreter.py)
 
-    def _init_file_search(self, results: bool, cite: Citer | None) -> None:
-        self.out.results = results
+    def _init_file_search(self, cite: Citer | None) -> None:
         self._cite = cite
         self._searched = False  # a search with results ended in this response: messages may cite it
         self._annotations: list[Any] | None = None  # a replayed message's stored annotations (`annotate`)
@@ -59,7 +45,7 @@ class FileSearchBuilder:
         """The model wrote a search: `output_item.added`; it waits in a reserved slot for the server to run it. A
         search cut off (`incomplete`) is never run: its `output_item.done` follows at once."""
         index = self.out.index
-        out = [self.out.emit(ev.OutputItemAdded, output_index=index, item=without_results(item))]
+        out = [self.out.emit(ev.OutputItemAdded, output_index=index, item=hide(item, self.out.shown))]
         if item.status != "in_progress":
             return out + self.out.end(index, item)
         self.out.reserve(item)
@@ -117,10 +103,11 @@ class FileSearchBuilder:
         if self._annotations is not None:
             given, self._annotations = self._annotations, None
             return given
+        found = self.file_citations(text)
         if self._cite is None or not self._searched:
-            return []
+            return found
         searches = [item for item in self.out.response.output if type(item) is FileSearchCall and item.results]
-        return self._cite(text, searches)
+        return sorted([*self._cite(text, searches), *found], key=_position)
 
     def annotation_events(self, item_id: str, index: int, annotations: list[Any]) -> list[Event]:
         """`response.output_text.annotation.added`, one per annotation, in order."""
@@ -135,3 +122,8 @@ class FileSearchBuilder:
             )
             for number, annotation in enumerate(annotations)
         ]
+
+
+def _position(annotation: Any) -> int:
+    """Where an annotation stands in its text (a file citation's `index`, a container file's `start_index`)."""
+    return int(getattr(annotation, "index", getattr(annotation, "start_index", 0)))

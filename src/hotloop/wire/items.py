@@ -15,6 +15,7 @@ from hotloop.wire.agent_items import AGENT_ITEMS, AgentItem
 from hotloop.wire.tool_items import (
     TYPED_ITEMS,
     AdditionalTools,
+    CodeInterpreterCall,
     FileSearchCall,
     ToolSearchOutput,
     TypedCallItem,
@@ -59,6 +60,17 @@ class FileCitation(msgspec.Struct, tag_field="type", tag="file_citation"):
     file_id: str
     filename: str
     index: int
+
+
+class ContainerFileCitation(msgspec.Struct, tag_field="type", tag="container_file_citation"):
+    """An `output_text` annotation: the answer names a file the response's code wrote in its container, at the
+    characters [start_index, end_index) of the text (wire/code_interpreter.py `file_citations`)."""
+
+    container_id: str
+    file_id: str
+    filename: str
+    start_index: int
+    end_index: int
 
 
 class Refusal(_Part, tag="refusal"):
@@ -230,6 +242,7 @@ Item = (
     | TypedOutputItem
     | AdditionalTools
     | FileSearchCall
+    | CodeInterpreterCall
     | AgentItem
 )
 KNOWN_ITEM_TYPES: dict[str, type[Any]] = {
@@ -265,6 +278,7 @@ TypedContextItem = (
     | TypedOutputItem
     | AdditionalTools
     | FileSearchCall
+    | CodeInterpreterCall
     | AgentItem
 )
 ContextItem = TypedContextItem | OtherItem
@@ -282,6 +296,7 @@ OutputItem = (
     | TypedCallItem
     | ToolSearchOutput
     | FileSearchCall
+    | CodeInterpreterCall
     | AgentItem
 )
 # What a response's `output` may hold: the model's items and, in a multi-agent response, the client's tool outputs

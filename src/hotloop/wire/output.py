@@ -9,7 +9,8 @@ still reserved has its `output_item.done` held until that slot is settled: the d
 and in that order they are the terminal output (§2.3).
 
 **What a client sees.** The output holds every item whole (what is stored and read back into the context); an
-`output_item.done` shows a `file_search_call` without its results unless the request included them (`results`).
+`output_item.done` shows a server-run call without its results or outputs unless the request included them
+(`shown`: wire/included.py).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import msgspec
 
 from hotloop.wire import events as ev
 from hotloop.wire.events import Event, encode_event
+from hotloop.wire.included import EVERYTHING, Shown, hide
 from hotloop.wire.items import ResponseItem
 from hotloop.wire.response import Response
-from hotloop.wire.tool_items import without_results
 
 
 class Output:
@@ -30,7 +31,7 @@ class Output:
         self._seq = 0
         self._reserved: list[int] = []  # output indexes of items placed but not finished, in order
         self._held: list[int] = []  # indexes of items ended after a reserved one: their `output_item.done` waits
-        self.results = True  # `include: ["file_search_call.results"]` (or nothing hides them): shown in events
+        self.shown: Shown = EVERYTHING  # what of the server-run calls events show (wire/included.py)
 
     def emit(self, cls: type[ev._Event], terminal: bool = False, **fields: object) -> Event:
         """An event, numbered and encoded once (every transport sends these bytes)."""
@@ -58,7 +59,7 @@ class Output:
 
     def done(self, index: int, item: ResponseItem) -> Event:
         """`output_item.done` for the item at `index`, as the client sees it."""
-        return self.emit(ev.OutputItemDone, output_index=index, item=item if self.results else without_results(item))
+        return self.emit(ev.OutputItemDone, output_index=index, item=hide(item, self.shown))
 
     def reserve(self, item: ResponseItem) -> int:
         """Place an unfinished item next in the output; its index."""

@@ -17,7 +17,11 @@ counter and the same item lifecycle as the live stream, so the replay is what a 
   `mcp_list_tools` as live: added, `response.mcp_list_tools.in_progress`, `.completed` | `.failed`, done. A typed
   client tool's call as live: `output_item.added` with the whole item, a shell call's command events, `.done`.
   A `file_search_call` as live (wire/file_search.py): added, `response.file_search_call.in_progress`, `.searching`,
-  `.completed` (not for a failed one), done; its results only when the replay includes them (`results`). A
+  `.completed` (not for a failed one), done; its results only when the replay includes them (`shown`). A
+  `code_interpreter_call` as live (wire/code_interpreter.py): added, `.in_progress`, its code's delta and `.done`,
+  `.interpreting`, `.completed` (not for a failed one), done; its outputs only when included. A hosted
+  `shell_call` as live (wire/hosted_shell.py): added, its command events, and its done when its `shell_call_output`
+  comes (then that item's added, its content's delta and `.done` per command, its done). A
   message keeps its stored annotations, each with its `response.output_text.annotation.added` before the text's
   `.done`.
   An item of another shape (never produced by hotloop's builder) is replayed as `output_item.added` and `.done`.
@@ -34,6 +38,7 @@ import msgspec
 from hotloop.wire import events as ev
 from hotloop.wire.builder import ResponseBuilder, error_body
 from hotloop.wire.events import Event
+from hotloop.wire.included import NOTHING, Shown
 from hotloop.wire.items import (
     CustomToolCall,
     FunctionCall,
@@ -46,7 +51,15 @@ from hotloop.wire.items import (
     ResponseItem,
 )
 from hotloop.wire.response import TERMINAL_STATUSES, Response
-from hotloop.wire.tool_items import ApplyPatchCall, ComputerCall, FileSearchCall, LocalShellCall, ShellCall
+from hotloop.wire.tool_items import (
+    ApplyPatchCall,
+    CodeInterpreterCall,
+    ComputerCall,
+    FileSearchCall,
+    LocalShellCall,
+    ShellCall,
+    ShellCallOutput,
+)
 
 
 def _replay_item(builder: ResponseBuilder, item: ResponseItem) -> list[Event]:
@@ -81,6 +94,14 @@ def _replay_item(builder: ResponseBuilder, item: ResponseItem) -> list[Event]:
         return builder.mcp_list_tools(item)
     if isinstance(item, FileSearchCall):
         return builder.replay_file_search(item)
+    if isinstance(item, CodeInterpreterCall):
+        return builder.replay_code(item)
+    if isinstance(item, ShellCall) and item.hosted:
+        return builder.replay_shell_call(item)
+    if isinstance(item, ShellCallOutput):
+        answered = builder.replay_shell_output(item)
+        if answered is not None:
+            return answered
     if isinstance(item, ShellCall | LocalShellCall | ApplyPatchCall | ComputerCall):
         return builder.typed_call(item)  # as live: whole, once the model had written it
     # A compaction, an approval request, or an item of another shape: added and done as stored.
@@ -118,10 +139,10 @@ def replay_events(
     starting_after: int = -1,
     stream_id: str | None = None,
     reasoning_events: str = "openai",
-    results: bool = False,
+    shown: Shown = NOTHING,
 ) -> list[Event]:
     """The events of a finished (terminal) response with `sequence_number > starting_after`, terminal last;
-    `results`: the replay includes `file_search_call.results`.
+    `shown`: what of the server-run calls the replay includes (wire/included.py).
 
     Sequence numbers count from 0 without gaps, so an event's number is its position in the full sequence.
     """
@@ -136,7 +157,7 @@ def replay_events(
         incomplete_details=None,
         completed_at=None,
     )
-    builder = ResponseBuilder(start, stream_id, reasoning_events, results=results)
+    builder = ResponseBuilder(start, stream_id, reasoning_events, shown=shown)
     out = [builder.created()]
     if response.background:
         out.append(builder.queued())
@@ -144,6 +165,7 @@ def replay_events(
     out.append(builder.in_progress())
     for item in response.output:
         out.extend(_replay_item(builder, item))
+    out.extend(builder.out.end_reserved())  # a hosted shell call stored with no output (never run)
     builder.response = response
     out.extend(builder.terminal(inband_error(response)))
     return out[max(starting_after + 1, 0) :]

@@ -3,8 +3,9 @@
 `response_apply_patch_tool_call(_output)`, `response_computer_tool_call`, `ComputerCallOutput`).
 
 The server never runs these tools: the model's call goes to the client as its item, and the client's answer comes
-back as the output item. Nested shapes the server only carries (an action, an operation, a screenshot) are kept as
-the client sent them or as `hotloop/tools/` built them.
+back as the output item. A hosted shell is the exception: its `shell_call` (`hosted`: its environment names a
+container) is run and answered by the server (wire/hosted_shell.py). Nested shapes the server only carries (an
+action, an operation, a screenshot) are kept as the client sent them or as `hotloop/tools/` built them.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ class ShellCall(_Item, tag="shell_call"):
     status: ItemStatus | None = None
     environment: dict[str, Any] | None = None
     agent: dict[str, str] | None = None  # {agent_name} in a multi-agent response (protocol.md §1.12)
+
+    @property
+    def hosted(self) -> bool:
+        """A call the server runs in a container (a hosted shell's: wire/hosted_shell.py), not the client."""
+        return isinstance(self.environment, dict) and self.environment.get("type") == "container_reference"
 
 
 class ShellCallOutput(_Item, tag="shell_call_output"):
@@ -223,11 +229,30 @@ class FileSearchCall(_Item, tag="file_search_call"):
     results: list[FileSearchResult] | msgspec.UnsetType | None = msgspec.UNSET
 
 
-def without_results(item: Any) -> Any:
-    """The item as a client that did not include `file_search_call.results` sees it (any other item as it is)."""
-    if type(item) is FileSearchCall and isinstance(item.results, list):
-        return msgspec.structs.replace(item, results=None)
-    return item
+# -- code_interpreter (run by the server in a container: tools/code_interpreter.py, pipeline/steps/code_runs.py) ----
+
+
+class CodeInterpreterLogs(msgspec.Struct, tag_field="type", tag="logs"):
+    logs: str
+
+
+class CodeInterpreterImage(msgspec.Struct, tag_field="type", tag="image"):
+    url: str  # a `data:image/png;base64,…` URL (the figure is also a container file)
+
+
+CodeInterpreterStatus = Literal["in_progress", "interpreting", "completed", "incomplete", "failed"]
+
+
+class CodeInterpreterCall(_Item, tag="code_interpreter_call"):
+    """Code the model wrote and the server ran in a container (openai-python's `ResponseCodeInterpreterToolCall`).
+    `outputs` is always kept (stored, read back into the context); a client sees it only with
+    `include: ["code_interpreter_call.outputs"]` (wire/included.py), else null."""
+
+    id: str
+    code: str | None
+    container_id: str
+    status: CodeInterpreterStatus
+    outputs: list[CodeInterpreterLogs | CodeInterpreterImage] | msgspec.UnsetType | None = msgspec.UNSET
 
 
 TypedCallItem = ShellCall | LocalShellCall | ApplyPatchCall | ComputerCall | ToolSearchCall
@@ -245,4 +270,5 @@ TYPED_ITEMS: tuple[Any, ...] = (
     ToolSearchOutput,
     AdditionalTools,
     FileSearchCall,
+    CodeInterpreterCall,
 )

@@ -1,20 +1,22 @@
 """`hotloop-sim`: a deterministic simulated model for tests and benchmarks (docs/models.md).
 
-Same seed + same prompt tokens → same output. Pacing: `ttft_ms` before the first token, then `tps` tokens per
-second. Tool policy: with tools offered and fewer than K calls in the conversation, call a declared tool with
-arguments built from its JSON schema (a tool that acts, a typed client tool or a shell-like function with a
-`cmd`/`command`/`commands` property, is preferred: a typed tool gets its kind's well-formed action (hotloop/tools/),
-a shell-like function a real command: `shell_command`); otherwise answer with text. With a `tool_search` tool and
-deferred tools, the conversation's first call searches for them. With `file_search`, a user's message is searched
-(its words, the query), and a search's results answered with a sentence citing the first (`[1]`): it reads its
-prompt's last messages as a model does (`decode`: its tokenizer's). Per-request overrides through
-`metadata`: `sim_ttft_ms`, `sim_tps`, `sim_output_tokens`, `sim_tool_calls`, `sim_reasoning_tokens` (thinking before
-each answer or call: a reasoning item, counted in `reasoning_tokens`); and `hotloop_sim_fault`, a test facility
-that makes the model fail: `stall_after:N` (hang after N output tokens), `die_after:N` (raise after N), `crash`
-(raise before the first token). Unparsable overrides are ignored. In a multi-agent response (`multi_agent.enabled`),
-the root first spawns `sim_subagents` subagents (default 1) and waits as many times for their answers, then calls
-its client tools as above and answers; each subagent makes `sim_subagent_steps` (default 1) calls, then answers its
-parent: of a client tool it was given (over WebSocket), else of `list_agents`.
+Same seed + same prompt tokens → same output. Pacing: `ttft_ms` before the first token, then `tps` tokens per second.
+Tool policy: with tools offered and fewer than K calls in the conversation, call a declared tool with arguments built
+from its JSON schema (a tool that acts, a typed client tool or a shell-like function with a `cmd`/`command`/`commands`
+property, is preferred: a typed tool gets its kind's well-formed action (hotloop/tools/), a shell-like function a real
+command: `shell_command`); otherwise answer with text. With a `tool_search` tool and deferred tools, the conversation's
+first call searches for them. With `file_search`, a user's message is searched (its words, the query), and a search's
+results answered with a sentence citing the first (`[1]`): it reads its prompt's last messages as a model does
+(`decode`: its tokenizer's). With `code_interpreter`, a user's message gets a small program (programs.py; the metadata's
+`sim_code` exactly, when set) and the run's output an answer quoting it; with a hosted `shell`, a call of harmless
+commands (`sim_commands`, a JSON list of command lines, exactly when set), its output an answer quoting it. Per-request
+overrides through `metadata`: `sim_ttft_ms`, `sim_tps`, `sim_output_tokens`, `sim_tool_calls`, `sim_reasoning_tokens`
+(thinking before each answer or call: a reasoning item, counted in `reasoning_tokens`); and `hotloop_sim_fault`, a test
+facility that makes the model fail: `stall_after:N` (hang after N output tokens), `die_after:N` (raise after N), `crash`
+(raise before the first token). Unparsable overrides are ignored. In a multi-agent response (`multi_agent.enabled`), the
+root first spawns `sim_subagents` subagents (default 1) and waits as many times for their answers, then calls its client
+tools as above and answers; each subagent makes `sim_subagent_steps` (default 1) calls, then answers its parent: of a
+client tool it was given (over WebSocket), else of `list_agents`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import re
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -44,11 +46,12 @@ from hotloop.backends.base import (
     ToolCallStart,
 )
 from hotloop.backends.sim.packed import TOKEN_BYTES, longest_prefix, pack
+from hotloop.backends.sim.programs import sim_program
 from hotloop.backends.sim.schema_example import example_for_schema
 from hotloop.backends.sim.shell import command_field, shell_arguments
 from hotloop.backends.sim.words import WORDS
 from hotloop.chat.specs import ToolSpec
-from hotloop.tools import file_search, multi_agent
+from hotloop.tools import code_interpreter, file_search, hosted_shell, multi_agent
 from hotloop.tools.grammar import compile_grammar, matches, sample
 from hotloop.tools.registry import BY_KIND, SEARCH_KINDS
 
@@ -64,6 +67,7 @@ SLEEP_MIN_S = 0.0005  # a token due sooner than this leaves at once: the loop's 
 TAIL_TOKENS = 512
 # Codex's apply_patch format (V4A), creating a file as the typed apply_patch tool's sample does.
 ADD_FILE = "*** Begin Patch\n*** Add File: hotloop_sim_{n}.txt\n+hotloop-sim-{n}\n*** End Patch\n"
+SIM_COMMANDS = ("echo hotloop-sim", "ls /mnt/data")  # a hosted shell call's, unless `sim_commands` says
 
 
 class SimFault(Exception):
@@ -207,6 +211,12 @@ class SimBackend:
         searched = self._file_search(request, rng)
         if searched is not None:
             return searched
+        coded = self._code(request)
+        if coded is not None:
+            return coded
+        shelled = self._shell(request)
+        if shelled is not None:
+            return shelled
         k = int(self._option(request, "tool_calls", self.settings.tool_calls))
         wants_tool = request.tools and request.tool_choice != "none"
         if wants_tool and (request.tool_choice == "required" or request.calls_so_far < k):
@@ -264,6 +274,50 @@ class SimBackend:
             n = max(1, int(self._option(request, "output_tokens", self.settings.output_tokens)))
             words = [rng.choice(WORDS) for _ in range(n)]
             return [(None, ["According", " to", " [1],", *(" " + word for word in words[:-1]), f" {words[-1]}."])]
+        return None
+
+    def _code(self, request: GenerationRequest) -> list[tuple[ToolSpec | str | None, list[str]]] | None:
+        """With `code_interpreter` offered, by the prompt's latest messages: a user's message gets a program
+        (`sim_program`: the metadata's `sim_code` exactly, when set), a run's output an answer quoting its first
+        line. None: the usual policy."""
+        offered = request.tools if request.tool_choice != "none" else ()
+        spec = next((spec for spec in offered if spec.kind == code_interpreter.KIND), None)
+        if spec is None or self._decode is None:  # reading the prompt's tail costs a decode: only when offered
+            return None
+        if request.forced_tool is not None and request.forced_tool != spec.prompt_name:
+            return None
+        latest = _latest_messages(self._decode(list(request.prompt_tokens[-TAIL_TOKENS:])))
+        if latest and latest[-1][0] == "user":
+            code = request.metadata.get("sim_code")
+            program = code if isinstance(code, str) and code else sim_program(latest[-1][1])
+            return [(spec, _pieces(json.dumps({"code": program})))]
+        if latest and latest[-1][0] == "tool":
+            first = next((line for line in latest[-1][1].splitlines() if line.strip()), "nothing")
+            return [(None, _pieces(f"The code printed: {first.strip()}"))]
+        return None
+
+    def _shell(self, request: GenerationRequest) -> list[tuple[ToolSpec | str | None, list[str]]] | None:
+        """With a hosted `shell` offered, by the prompt's latest messages: a user's message gets a call of harmless
+        commands (the metadata's `sim_commands`, a JSON list of command lines, exactly when set; `sim_timeout_ms`
+        and `sim_max_output_length` its limits), its output an answer quoting its first line. None: the usual
+        policy."""
+        offered = request.tools if request.tool_choice != "none" else ()
+        spec = next((spec for spec in offered if spec.kind == hosted_shell.KIND), None)
+        if spec is None or self._decode is None:  # reading the prompt's tail costs a decode: only when offered
+            return None
+        if request.forced_tool is not None and request.forced_tool != spec.prompt_name:
+            return None
+        latest = _latest_messages(self._decode(list(request.prompt_tokens[-TAIL_TOKENS:])))
+        if latest and latest[-1][0] == "user":
+            arguments: dict[str, Any] = {"commands": _sim_commands(request.metadata.get("sim_commands"))}
+            for name in ("timeout_ms", "max_output_length"):
+                value = request.metadata.get(f"sim_{name}")
+                if isinstance(value, str) and value.isdigit():
+                    arguments[name] = int(value)
+            return [(spec, _pieces(json.dumps(arguments)))]
+        if latest and latest[-1][0] == "tool":
+            first = next((line for line in latest[-1][1].splitlines() if line.strip()), "nothing")
+            return [(None, _pieces(f"The command printed: {first.strip()}"))]
         return None
 
     async def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
@@ -354,6 +408,18 @@ async def _fail(kind: str) -> None:
     if kind == "stall":
         await asyncio.Event().wait()  # never set: only a timeout or a cancellation ends it
     raise SimFault("simulated backend failure (hotloop_sim_fault)")
+
+
+def _sim_commands(raw: object) -> list[str]:
+    """`metadata["sim_commands"]` (a JSON list of command lines) when it is one, else harmless commands."""
+    if isinstance(raw, str):
+        try:
+            commands = json.loads(raw)
+        except ValueError:
+            commands = None
+        if isinstance(commands, list) and commands and all(isinstance(one, str) for one in commands):
+            return commands
+    return list(SIM_COMMANDS)
 
 
 def _pieces(text: str, size: int = 4) -> list[str]:

@@ -37,7 +37,9 @@ from hotloop.pipeline.steering import required_input
 from hotloop.pipeline.steps.loop import Drive, Steps
 from hotloop.pipeline.steps.searches import Searches
 from hotloop.tools import multi_agent
+from hotloop.tools.code_interpreter import KIND as CODE_INTERPRETER
 from hotloop.tools.file_search import KIND as FILE_SEARCH
+from hotloop.tools.hosted_shell import KIND as HOSTED_SHELL
 from hotloop.tools.registry import build_call
 from hotloop.tools.tool_search import SERVER_KIND
 from hotloop.wire import events as ev
@@ -103,8 +105,10 @@ class Subagents:
 
     def specs(self, agent: Agent) -> list[ToolSpec]:
         """The tools a subagent may call: the root's (the server's only, over HTTP) and the actions its depth allows;
-        not `file_search`, whose searches only the root's steps run (pipeline/steps/file_searches.py)."""
-        tools = [spec for spec in self.prepared.generation.tools if spec.kind not in (multi_agent.KIND, FILE_SEARCH)]
+        not `file_search`, `code_interpreter` or a hosted shell, whose calls only the root's steps run
+        (pipeline/steps/)."""
+        root_only = (multi_agent.KIND, FILE_SEARCH, CODE_INTERPRETER, HOSTED_SHELL)
+        tools = [spec for spec in self.prepared.generation.tools if spec.kind not in root_only]
         if not self.websocket:
             tools = [spec for spec in tools if spec.kind in SERVER_KINDS]
         return [*tools, *multi_agent.offered(agent.depth < self.roster.limits.depth)]

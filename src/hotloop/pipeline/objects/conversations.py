@@ -27,9 +27,9 @@ from hotloop.wire.conversations import (
     DeletedConversation,
     UpdateConversation,
 )
+from hotloop.wire.included import NOTHING, Shown, hide
 from hotloop.wire.items import ContextItem, ItemReference, item_to_builtins
 from hotloop.wire.request import decode_body
-from hotloop.wire.tool_items import without_results
 
 _create = msgspec.json.Decoder(CreateConversation)
 _update = msgspec.json.Decoder(UpdateConversation)
@@ -114,23 +114,24 @@ async def list_items(
     after: str | None,
     limit: int,
     order: Literal["asc", "desc"],
-    results: bool = False,
+    shown: Shown = NOTHING,
 ) -> ItemList:
-    """A page of the items; a `file_search_call`'s results only when `results` (`include`), as a response's."""
+    """A page of the items; a server-run call's results or outputs only where `shown` (`include`), as a
+    response's (wire/included.py)."""
     page = await service.store.conversation_items(session.owner, conversation_id, after=after, limit=limit, order=order)
     if page is None:
         raise _not_found(conversation_id)
-    return item_list(page.items if results else [without_results(item) for item in page.items], page.has_more)
+    return item_list([hide(item, shown) for item in page.items], page.has_more)
 
 
 async def get_item(
-    service: Service, session: Session, conversation_id: str, item_id: str, results: bool = False
+    service: Service, session: Session, conversation_id: str, item_id: str, shown: Shown = NOTHING
 ) -> Any:
     item = await service.store.conversation_item(session.owner, conversation_id, item_id)
     if item is None:
         await get(service, session, conversation_id)  # 404 for the conversation before the item
         raise NotFound(f"Item with id '{item_id}' not found.", param="item_id", code="item_not_found")
-    return item_to_builtins(item if results else without_results(item))
+    return item_to_builtins(hide(item, shown))
 
 
 async def delete_item(service: Service, session: Session, conversation_id: str, item_id: str) -> Conversation:

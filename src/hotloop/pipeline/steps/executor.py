@@ -1,7 +1,7 @@
 """What the server runs between an agent's generations: executors. Each reads the output the agent's last
 generation left and answers what is its own (an MCP call, a server-run tool search, a file search, a multi-agent
 action), each answer an item; the step loop (loop.py) runs them in order after every generation, and generates
-again when any of them answered something. `code_interpreter` would join them as an executor of its own.
+again when any of them answered something (a code run among them: code_runs.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Protocol
 
 from hotloop.pipeline.mcp.calls import Calls
-from hotloop.pipeline.steps.file_searches import FileSearches
 from hotloop.pipeline.steps.searches import Searches
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
@@ -62,18 +61,27 @@ class SearchStep:
             yield event
 
 
-class FileSearchStep:
-    """The file searches the last generation wrote (file_searches.py), within the same budget of built-in calls;
-    `seconds`: their time, from the first search's start to the last one's end."""
+class ServerCalls(Protocol):
+    """Calls the server runs itself that the last generation wrote: file searches (file_searches.py), code runs
+    (code_runs.py), a hosted shell's commands (shell_runs.py), each within the response's budget of built-in calls."""
 
-    def __init__(self, searches: FileSearches) -> None:
-        self.searches = searches
+    def pending(self, builder: ResponseBuilder) -> list[int]: ...
+
+    def run(self, builder: ResponseBuilder, steered: asyncio.Event) -> AsyncIterator[Event]: ...
+
+
+class TimedStep:
+    """Runs `calls` after a generation that wrote some; `seconds`: their time, from the first one's start to the
+    last one's end."""
+
+    def __init__(self, calls: ServerCalls) -> None:
+        self.calls = calls
         self.seconds = 0.0
 
     async def run(self, builder: ResponseBuilder, steered: asyncio.Event) -> AsyncGenerator[Event]:
-        if not builder.file_search_pending():
+        if not self.calls.pending(builder):
             return
         started = time.perf_counter()
-        async for event in self.searches.run(builder, steered):
+        async for event in self.calls.run(builder, steered):
             yield event
         self.seconds += time.perf_counter() - started

@@ -55,6 +55,9 @@ class FileSearches:
             weights=declared.weights,
         )
 
+    def pending(self, builder: ResponseBuilder) -> list[int]:
+        return builder.file_search_pending()
+
     async def run(self, builder: ResponseBuilder, steered: asyncio.Event) -> AsyncGenerator[Event, None]:
         """Run the searches the last generation wrote, at once; their items end in output order. Past the budget a
         search is not run; a steer (`steered` set) stops those still running."""

@@ -28,11 +28,13 @@ from hotloop.pipeline.mcp.calls import Calls
 from hotloop.pipeline.prepared import Prepared
 from hotloop.pipeline.prompt import render_prompt
 from hotloop.pipeline.service import Service
-from hotloop.pipeline.steps.executor import AgentExecutor, Executor, FileSearchStep, McpStep, SearchStep
+from hotloop.pipeline.steps.code_runs import CodeRuns
+from hotloop.pipeline.steps.executor import AgentExecutor, Executor, McpStep, SearchStep, TimedStep
 from hotloop.pipeline.steps.file_searches import FileSearches
 from hotloop.pipeline.steps.searches import Searches
+from hotloop.pipeline.steps.shell_runs import ShellRuns
 from hotloop.pipeline.steps.waits import StepWaits
-from hotloop.tools import file_search, multi_agent
+from hotloop.tools import code_interpreter, file_search, hosted_shell, multi_agent
 from hotloop.tools.multi_agent import foreign
 from hotloop.tools.tool_search import SERVER_KIND
 from hotloop.wire.builder import ResponseBuilder
@@ -77,12 +79,18 @@ class Steps:
     mcp: McpStep | None = None
     executors: tuple[Executor, ...] = ()  # what the server runs after each generation, in order (executor.py)
     file_searches: FileSearches | None = None  # a `file_search` tool's searches (file_searches.py)
-    files: FileSearchStep | None = None
+    code_runs: CodeRuns | None = None  # a `code_interpreter` tool's code (code_runs.py)
+    shell_runs: ShellRuns | None = None  # a hosted `shell` tool's commands (shell_runs.py)
+    files: TimedStep | None = None
+    code: TimedStep | None = None
+    shell: TimedStep | None = None
 
     def __post_init__(self) -> None:
         self.mcp = McpStep(self.calls)
-        self.files = FileSearchStep(self.file_searches) if self.file_searches is not None else None
-        found = (self.files,) if self.files is not None else ()
+        self.files = TimedStep(self.file_searches) if self.file_searches is not None else None
+        self.code = TimedStep(self.code_runs) if self.code_runs is not None else None
+        self.shell = TimedStep(self.shell_runs) if self.shell_runs is not None else None
+        found = tuple(step for step in (self.files, self.code, self.shell) if step is not None)
         self.executors = (SearchStep(self.searches, self.calls), *found, self.mcp)
 
     @classmethod
@@ -110,7 +118,7 @@ class Steps:
         # A chat API's engine reads items: the prompt's own (compacted, expanded); a token model's harmony reads
         # the context for the names of calls answered later.
         context = list(prepared.generation.items or plan.context)
-        declared = prepared.tools.file_search
+        declared, code, shell = prepared.tools.file_search, prepared.tools.code, prepared.tools.shell
         return cls(
             service.renderer,
             prepared.model,
@@ -124,6 +132,8 @@ class Steps:
             plan.approved,
             Searches(prepared.generation.deferred, service.tokenize_pool),
             file_searches=FileSearches(service, owner, declared, calls) if declared is not None else None,
+            code_runs=CodeRuns(service.code, owner, code, calls, context) if code is not None else None,
+            shell_runs=ShellRuns(service.code, owner, shell, calls, context) if shell is not None else None,
         )
 
     async def run(self, builder: ResponseBuilder, generation: Generation, drive: Drive) -> AsyncGenerator[Event, None]:
@@ -144,6 +154,10 @@ class Steps:
         self.timings.add("mcp_call", self.mcp.seconds if self.mcp is not None else 0.0)
         if self.files is not None:
             self.timings.add("file_search", self.files.seconds)
+        if self.code is not None:
+            self.timings.add("code_interpreter", self.code.seconds)
+        if self.shell is not None:
+            self.timings.add("shell", self.shell.seconds)
 
     async def _loop(
         self, builder: ResponseBuilder, generation: Generation, drive: Drive
@@ -261,7 +275,14 @@ class Steps:
         self.rendered, self.rendered_output = prompt.state, len(output)
         tools = [*generation.tools, *self.searches.fresh()]
         if self.calls.exhausted:  # no built-in call left: neither MCP tools nor the server's searches
-            server_run = ("mcp", SERVER_KIND, file_search.KIND, multi_agent.KIND)
+            server_run = (
+                "mcp",
+                SERVER_KIND,
+                file_search.KIND,
+                code_interpreter.KIND,
+                hosted_shell.KIND,
+                multi_agent.KIND,
+            )
             tools = [spec for spec in tools if spec.kind not in server_run]
         self.overhead_s += time.perf_counter() - start
         return msgspec.structs.replace(

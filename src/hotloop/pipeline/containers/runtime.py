@@ -1,0 +1,234 @@
+"""The code runtime: where a response's code runs (pipeline/steps/code_runs.py). A container of the Containers API
+(pipeline/containers/service.py: its record and its files, in the store) runs on a replica as a sandbox container
+(hotloop/sandbox/: an isolated process tree with a persistent Python kernel), opened at its first run there.
+
+- **Its files are the store's.** Opening a container writes its files from the store into the sandbox's
+  /mnt/data; after each run, the files the code created or changed go back to the store (`source: "assistant"`)
+  before the run's result does. A replica that closes a live container loses only its kernel's variables (the next
+  run says so: a fresh kernel), never a file; another replica can open it as well.
+- **Live containers are a bounded cache**: at most `max_live` per replica, the least recently run closed first;
+  one whose container was deleted or expired (any replica's sweep) is closed when the runtime hears of it or at its
+  next check (`gone`, every `CHECK_S`).
+- **`auto`**: a response whose tool says `{type: "auto"}` gets a container at its first run (named after the
+  response's tool, `memory_limit` and `file_ids` as declared), or reuses the one its context ran in last.
+- Code errors are the code's: the run completes and its logs hold the traceback. A run past its wall time, or a
+  kernel that died, ends `failed` with what it printed and why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import shutil
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+from hotloop.errors import HotloopError
+from hotloop.ids import new_id
+from hotloop.pipeline.containers.service import Containers
+from hotloop.sandbox import Bounds, Container, Run, Sandbox, SandboxError, ShellRun, memory_limit_bytes
+from hotloop.tools.code_interpreter import Declared
+from hotloop.wire.code_interpreter import WrittenFile
+from hotloop.wire.containers import Container as ContainerRecord
+from hotloop.wire.containers import ExpiresAfter
+from hotloop.wire.tool_items import CodeInterpreterImage, CodeInterpreterLogs, CodeInterpreterStatus
+
+log = logging.getLogger("hotloop.code_interpreter")
+CHECK_S = 30.0  # how often live containers are checked against the store (deleted or expired elsewhere)
+AUTO_NAME = "code_interpreter"
+SHELL_NAME = "shell"  # a hosted shell's `container_auto` container
+AUTO_MINUTES = 20  # OpenAI's idle expiry of a container
+
+Outputs = list[CodeInterpreterLogs | CodeInterpreterImage]
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    status: CodeInterpreterStatus
+    outputs: Outputs | None
+    container_id: str | None
+    files: tuple[WrittenFile, ...] = ()  # the files the run wrote, kept in the store
+
+
+@dataclass(frozen=True, slots=True)
+class Shelled:
+    """A hosted shell call's commands, run: each one's output (`exit_code` None: past its timeout), and where."""
+
+    runs: list[ShellRun]
+    container_id: str
+
+
+class NoSandbox(HotloopError):
+    """The sandbox cannot run here: the code is not run (the tool is refused at the door where this is known)."""
+
+    status = 501
+    type = "server_error"
+    code = "sandbox_unavailable"
+
+
+class CodeRuntime:
+    def __init__(self, containers: Containers, sandbox: Sandbox, work: Path, wall_s: float, max_live: int) -> None:
+        self.containers = containers
+        self.sandbox = sandbox
+        self.work = work  # the live containers' host directories (each a tmpfs the sandbox binds there)
+        self.wall_s = wall_s
+        self.max_live = max_live
+        self._live: OrderedDict[str, Container] = OrderedDict()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._checker: asyncio.Task[None] | None = None
+        containers.on_gone(self._gone)
+
+    def refusal(self) -> str | None:
+        """Why no code can run on this replica (its sandbox cannot start here), or None."""
+        support = self.sandbox.support()
+        return None if support.available else f"its sandbox cannot run on this host ({support.reason})"
+
+    async def run(self, owner: str, declared: Declared, container_id: str | None, code: str) -> Ran:
+        """Run `code` in the container (`None`: a new `auto` one). Raises `HotloopError` for a container that is
+        not the owner's or is gone, and `NoSandbox`."""
+        container_id = await self._where(owner, declared, container_id, AUTO_NAME)
+        lock = self._locks.setdefault(container_id, asyncio.Lock())
+        async with lock:  # one kernel: one run at a time in a container
+            live = await self._open(owner, container_id)
+            before = time.monotonic()
+            result = await live.python(code, timeout=self.wall_s)
+            log.debug("code run in %s: %.1f ms", container_id, (time.monotonic() - before) * 1e3)
+            kept = await self._keep(owner, container_id, live, result.files)
+            await self.containers.touch(owner, container_id)
+        # A kernel lost during the run (its wall or CPU bound, its memory bound, a signal) fails the call
+        # (docs/code-interpreter.md, "failed"); the code's own traceback completes it.
+        return Ran("failed" if result.lost else "completed", outputs_of(result), container_id, kept)
+
+    async def shell(
+        self,
+        owner: str,
+        declared: Declared,
+        container_id: str | None,
+        commands: list[str],
+        timeout_s: float | None,
+        max_output_length: int | None,
+    ) -> Shelled:
+        """Run a hosted shell call's `commands` in the container (`None`: a new `container_auto` one), one after
+        the other, each within `timeout_s` (None, or past it: the wall bound, `code_timeout_s`); the files they
+        created or changed go to the store before the result does, as a code run's. Raises as `run`."""
+        container_id = await self._where(owner, declared, container_id, SHELL_NAME)
+        lock = self._locks.setdefault(container_id, asyncio.Lock())
+        async with lock:  # one call at a time in a container, its kernel's or its shell's
+            live = await self._open(owner, container_id)
+            before = live.files()
+            runs = await live.shell(commands, timeout=timeout_s, max_output_length=max_output_length)
+            changed = tuple(name for name, stat in live.files().items() if before.get(name) != stat)
+            await self._keep(owner, container_id, live, changed)
+            await self.containers.touch(owner, container_id)
+        return Shelled(runs, container_id)
+
+    async def _where(self, owner: str, declared: Declared, container_id: str | None, name: str) -> str:
+        """The container a call runs in: the named one (`NotFound` when gone), the `auto` one the context last ran
+        in while it is still there, else a new `auto` one (also when that one expired or was deleted)."""
+        if declared.container_id is not None:
+            return declared.container_id
+        if container_id is not None and not await self.containers.gone([container_id]):
+            return container_id
+        return await self._auto(owner, declared, name)
+
+    async def _auto(self, owner: str, declared: Declared, name: str) -> str:
+        now = int(time.time())
+        record = ContainerRecord(
+            id=new_id("cntr"),
+            created_at=now,
+            name=name,
+            expires_after=ExpiresAfter(anchor="last_active_at", minutes=AUTO_MINUTES),
+            last_active_at=now,
+            memory_limit=declared.memory_limit,
+        )
+        copies = [await self.containers.source_file(owner, file_id) for file_id in declared.file_ids]
+        created = await self.containers.create(owner, record, copies)
+        return created.id
+
+    async def _open(self, owner: str, container_id: str) -> Container:
+        """The container's live sandbox: this replica's, or opened now with the store's files."""
+        record = await self.containers.get(owner, container_id)  # NotFound: not the owner's, or gone
+        live = self._live.get(container_id)
+        if live is not None and not live.closed:
+            self._live.move_to_end(container_id)
+            return live
+        while len(self._live) >= self.max_live:
+            _, oldest = self._live.popitem(last=False)
+            await oldest.close()
+        directory = self.work / container_id
+        directory.mkdir(parents=True, exist_ok=True)
+        bounds = Bounds(memory_bytes=memory_limit_bytes(record.memory_limit), wall_seconds=self.wall_s)
+        try:
+            live = await self.sandbox.open(directory, bounds, network=record.network_policy.type != "disabled")
+        except SandboxError as exc:
+            raise NoSandbox(f"The container could not be started: {exc}") from None
+        for file in await self.containers.files(owner, container_id):
+            _, chunks = await self.containers.content(owner, container_id, file.id)
+            live.write(relative(file.path), b"".join([chunk async for chunk in chunks]))
+        self._live[container_id] = live
+        self._start_checks()
+        return live
+
+    async def _keep(
+        self, owner: str, container_id: str, live: Container, names: tuple[str, ...]
+    ) -> tuple[WrittenFile, ...]:
+        """The files the run created or changed, into the store (what the Containers API then lists)."""
+        kept: list[WrittenFile] = []
+        for name in names:
+            try:
+                data = live.read(name)
+            except (OSError, SandboxError) as exc:  # gone again, a link, too large: not kept, said in the log
+                log.info("container %s: %s not kept: %s", container_id, name, exc)
+                continue
+            try:
+                file = await self.containers.write_file(owner, container_id, name, data)
+            except HotloopError as exc:  # past the container's file bounds
+                log.info("container %s: %s not kept: %s", container_id, name, exc.message)
+                continue
+            kept.append(WrittenFile(container_id, file.id, file.path))
+        return tuple(kept)
+
+    def _gone(self, container_id: str) -> None:
+        live = self._live.pop(container_id, None)
+        self._locks.pop(container_id, None)
+        if live is not None:
+            asyncio.get_running_loop().create_task(self._close(container_id, live))
+
+    async def _close(self, container_id: str, live: Container) -> None:
+        await live.close()
+        await asyncio.to_thread(shutil.rmtree, self.work / container_id, True)
+
+    def _start_checks(self) -> None:
+        if self._checker is None or self._checker.done():
+            self._checker = asyncio.get_running_loop().create_task(self._check_forever())
+
+    async def _check_forever(self) -> None:
+        while self._live:
+            await asyncio.sleep(CHECK_S)
+            try:
+                for container_id in await self.containers.gone(list(self._live)):
+                    self._gone(container_id)
+            except HotloopError as exc:  # the store is down: the next check
+                log.warning("live containers not checked: %s", exc.message)
+
+    async def stop(self) -> None:
+        if self._checker is not None:
+            self._checker.cancel()
+        await asyncio.gather(*(self._close(cid, live) for cid, live in list(self._live.items())))
+        self._live.clear()
+
+
+def relative(path: str) -> str:
+    """A container file's path (/mnt/data/…) as the sandbox names it (relative to /mnt/data)."""
+    return path.removeprefix("/mnt/data/")
+
+
+def outputs_of(result: Run) -> Outputs:
+    """The run as a code_interpreter_call's outputs: its logs, then each figure as a PNG data URL."""
+    outputs: Outputs = [CodeInterpreterLogs(logs=result.logs)] if result.logs else []
+    for image in result.images:
+        outputs.append(CodeInterpreterImage(url="data:image/png;base64," + base64.b64encode(image.png).decode()))
+    return outputs

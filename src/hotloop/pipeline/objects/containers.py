@@ -1,0 +1,180 @@
+"""The Containers API (`/v1/containers` and `/files`): a request checked before anything is stored, then handed to
+the replica's `Containers` (pipeline/containers/service.py), which the code runtime calls too. Another key's
+container reads as missing (404), never as forbidden."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import BinaryIO
+
+from hotloop.errors import InvalidParam, MissingParam
+from hotloop.ids import new_id
+from hotloop.pipeline.service import Service
+from hotloop.stores.containers import Order
+from hotloop.wire.containers import (
+    DEFAULT_MINUTES,
+    MAX_DOMAINS,
+    MAX_NAME,
+    MEMORY_LIMITS,
+    MINUTES_MAX,
+    Container,
+    ContainerFile,
+    ContainerFileList,
+    ContainerList,
+    CreateContainer,
+    CreateFileById,
+    Deleted,
+    ExpiresAfter,
+    NetworkPolicy,
+    RequestedPolicy,
+)
+from hotloop.wire.files import FileObject
+
+# A domain name (RFC 1035 labels, case-insensitive), optionally `*.` for its subdomains.
+_DOMAIN = re.compile(r"(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+
+
+# -- checks at the door -------------------------------------------------------------------------------------------
+
+
+def _expires(expires: ExpiresAfter | None) -> ExpiresAfter:
+    if expires is None:
+        return ExpiresAfter(anchor="last_active_at", minutes=DEFAULT_MINUTES)
+    if expires.anchor != "last_active_at":
+        raise InvalidParam("expires_after.anchor must be 'last_active_at'.", param="expires_after.anchor")
+    if not 1 <= expires.minutes <= MINUTES_MAX:
+        raise InvalidParam(f"expires_after.minutes must be between 1 and {MINUTES_MAX}.", param="expires_after.minutes")
+    return expires
+
+
+def _network(policy: RequestedPolicy | None, allowed: bool) -> NetworkPolicy:
+    if policy is None or policy.type == "disabled":
+        if policy is not None and (policy.allowed_domains is not None or policy.domain_secrets is not None):
+            raise InvalidParam("A 'disabled' network policy takes no domains.", param="network_policy")
+        return NetworkPolicy(type="disabled")
+    if policy.type != "allowlist":
+        raise InvalidParam("network_policy.type must be 'disabled' or 'allowlist'.", param="network_policy.type")
+    if not allowed:
+        raise InvalidParam(
+            "This server runs containers without network access (containers_network is off): network_policy must "
+            "be {'type': 'disabled'}.",
+            param="network_policy",
+        )
+    if policy.domain_secrets is not None:
+        raise InvalidParam(
+            "hotloop injects no domain secrets into containers; leave domain_secrets out.",
+            param="network_policy.domain_secrets",
+        )
+    domains = [domain.lower() for domain in policy.allowed_domains or []]
+    if not 1 <= len(domains) <= MAX_DOMAINS:
+        raise InvalidParam(f"allowed_domains holds 1 to {MAX_DOMAINS} domains.", param="network_policy.allowed_domains")
+    for n, domain in enumerate(domains):
+        if len(domain) > 253 or not _DOMAIN.fullmatch(domain):
+            raise InvalidParam(f"'{domain[:253]}' is not a domain name.", param=f"network_policy.allowed_domains[{n}]")
+    return NetworkPolicy(type="allowlist", allowed_domains=domains)
+
+
+def checked(body: CreateContainer, network_allowed: bool) -> Container:
+    """The container a valid create makes (its times are set as it is stored); a 400 naming the field otherwise."""
+    if len(body.name) > MAX_NAME:
+        raise InvalidParam(f"name holds at most {MAX_NAME} characters.", param="name")
+    if body.memory_limit is not None and body.memory_limit not in MEMORY_LIMITS:
+        raise InvalidParam(f"memory_limit must be one of {', '.join(MEMORY_LIMITS)}.", param="memory_limit")
+    if body.skills:
+        # No /v1/skills here to reference, and nothing that would install an inline skill's bundle in a container.
+        raise InvalidParam("hotloop's containers take no skills; leave skills out.", param="skills")
+    return Container(
+        id=new_id("cntr"),
+        created_at=0,
+        last_active_at=0,
+        name=body.name,
+        expires_after=_expires(body.expires_after),
+        memory_limit=body.memory_limit or MEMORY_LIMITS[0],
+        network_policy=_network(body.network_policy, network_allowed),
+    )
+
+
+async def _sources(service: Service, owner: str, file_ids: list[str]) -> list[FileObject]:
+    """The Files API files to copy in, each the owner's (404 naming `file_ids[n]` otherwise), checked before
+    anything is stored."""
+    limit = service.settings.containers_max_files
+    if len(file_ids) > limit:
+        raise InvalidParam(f"file_ids holds at most {limit} files (containers_max_files).", param="file_ids")
+    return [
+        await service.containers.source_file(owner, file_id, f"file_ids[{n}]") for n, file_id in enumerate(file_ids)
+    ]
+
+
+# -- containers -----------------------------------------------------------------------------------------------------
+
+
+async def create(service: Service, owner: str, body: CreateContainer) -> Container:
+    container = checked(body, service.settings.containers_network)
+    sources = await _sources(service, owner, body.file_ids or [])
+    return await service.containers.create(owner, container, sources)
+
+
+async def get(service: Service, owner: str, container_id: str) -> Container:
+    return await service.containers.get(owner, container_id)
+
+
+async def delete(service: Service, owner: str, container_id: str) -> Deleted:
+    await service.containers.delete(owner, container_id)
+    return Deleted(id=container_id, object="container.deleted")
+
+
+async def list_containers(
+    service: Service, owner: str, after: str | None, limit: int, order: Order, name: str | None
+) -> ContainerList:
+    page = await service.containers.list_containers(owner, after=after, limit=limit, order=order, name=name)
+    data = page.data
+    return ContainerList(
+        data=data, has_more=page.has_more, first_id=data[0].id if data else None, last_id=data[-1].id if data else None
+    )
+
+
+# -- its files ------------------------------------------------------------------------------------------------------
+
+
+async def upload_file(
+    service: Service, owner: str, container_id: str, filename: str | None, content: BinaryIO | None
+) -> ContainerFile:
+    """An uploaded file (a multipart form's `file` part), at /mnt/data/<its filename>, as the user's."""
+    if content is None:
+        raise MissingParam("Missing required parameter: 'file' (or give 'file_id').", param="file")
+    await service.containers.get(owner, container_id)  # a missing container is a 404 before the name is judged
+    return await service.containers.add_file(owner, container_id, filename or "", content, source="user", param="file")
+
+
+async def copy_file(service: Service, owner: str, container_id: str, body: CreateFileById) -> ContainerFile:
+    """A Files API file of the owner's copied in."""
+    await service.containers.get(owner, container_id)
+    source = await service.containers.source_file(owner, body.file_id)
+    return await service.containers.copy_file(owner, container_id, source)
+
+
+async def list_files(
+    service: Service, owner: str, container_id: str, after: str | None, limit: int, order: Order
+) -> ContainerFileList:
+    page = await service.containers.list_files(owner, container_id, after=after, limit=limit, order=order)
+    data = page.data
+    return ContainerFileList(
+        data=data, has_more=page.has_more, first_id=data[0].id if data else None, last_id=data[-1].id if data else None
+    )
+
+
+async def get_file(service: Service, owner: str, container_id: str, file_id: str) -> ContainerFile:
+    return await service.containers.get_file(owner, container_id, file_id)
+
+
+async def file_content(
+    service: Service, owner: str, container_id: str, file_id: str
+) -> tuple[ContainerFile, AsyncIterator[bytes]]:
+    """The file and its bytes, chunk by chunk (a missing one is a 404 before anything is sent)."""
+    return await service.containers.content(owner, container_id, file_id)
+
+
+async def delete_file(service: Service, owner: str, container_id: str, file_id: str) -> Deleted:
+    await service.containers.delete_file(owner, container_id, file_id)
+    return Deleted(id=file_id, object="container.file.deleted")

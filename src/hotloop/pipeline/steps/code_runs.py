@@ -1,0 +1,105 @@
+"""The code the server runs inside a response (`code_interpreter`, docs/code-interpreter.md): after a generation
+whose model called `python`, each call's code runs in the response's container (pipeline/containers/runtime.py),
+one after the other (a container has one kernel), and its `code_interpreter_call` ends with the run's outputs,
+which the next generation reads after the prompt's existing tokens (tools/code_interpreter.py `lower`).
+
+A run never fails the response. A container the key does not own or that is gone, a store that keeps no containers,
+a sandbox that cannot start: the call ends `failed`, and the model reads why. A call past the response's
+`max_tool_calls` (the budget MCP calls and searches share) is not run: it ends `incomplete`; so do the calls a steer
+stops. The code's output is read by the safety stage before the model reads it, as an MCP call's output is: a
+finding is recorded with the MCP calls' (`Calls.findings`), and output its policy blocks is withheld (`failed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, Sequence
+
+import msgspec
+
+from hotloop.errors import HotloopError
+from hotloop.pipeline.containers.runtime import CodeRuntime, Ran
+from hotloop.pipeline.mcp.calls import Calls
+from hotloop.tools.code_interpreter import Declared
+from hotloop.wire.builder import ResponseBuilder
+from hotloop.wire.events import Event
+from hotloop.wire.items import ContextItem
+from hotloop.wire.tool_items import CodeInterpreterCall, CodeInterpreterLogs
+
+log = logging.getLogger("hotloop.code_interpreter")
+
+WITHHELD = "The output was withheld by the server's safety policy."
+
+
+class CodeRuns:
+    """One response's code runs: where they run (the request's tool, the context's last container), as whom,
+    within what budget."""
+
+    def __init__(
+        self, runtime: CodeRuntime, owner: str, declared: Declared, budget: Calls, context: Sequence[ContextItem]
+    ) -> None:
+        self.runtime = runtime
+        self.owner = owner
+        self.declared = declared
+        self.budget = budget
+        # `auto`: the container the context last ran code in, while it is still there (OpenAI reuses it too).
+        self.container_id = declared.container_id or last_container(context)
+
+    def pending(self, builder: ResponseBuilder) -> list[int]:
+        return builder.code_pending()
+
+    async def run(self, builder: ResponseBuilder, steered: asyncio.Event) -> AsyncGenerator[Event, None]:
+        """Run the code the last generation wrote, in output order; a steer (`steered` set) stops the run under way
+        and leaves the rest not run."""
+        for index in builder.code_pending():
+            if self.budget.room <= 0 or steered.is_set():
+                for event in builder.code_finished(index, "incomplete", None, self.container_id):
+                    yield event
+                continue
+            self.budget.spend(1)
+            for event in builder.code_running(index):
+                yield event
+            ran = await self._run(index, builder.pending_code(index), steered)
+            if ran.container_id:
+                self.container_id = ran.container_id
+            builder.code_wrote(ran.files)  # the answer that names one cites it
+            for event in builder.code_finished(index, ran.status, ran.outputs, ran.container_id or self.container_id):
+                yield event
+
+    async def _run(self, index: int, item: CodeInterpreterCall, steered: asyncio.Event) -> Ran:
+        run = asyncio.ensure_future(self.runtime.run(self.owner, self.declared, self.container_id, item.code or ""))
+        steer = asyncio.ensure_future(steered.wait())
+        try:
+            await asyncio.wait((run, steer), return_when=asyncio.FIRST_COMPLETED)
+            if not run.done():
+                run.cancel()
+                return Ran("incomplete", None, self.container_id)
+            ran = run.result()
+        except HotloopError as exc:  # a missing container, a store that keeps none, no sandbox here
+            log.info("code run %s failed: %s", item.id, exc.message)
+            return Ran("failed", [CodeInterpreterLogs(logs=exc.message)], self.container_id)
+        finally:
+            steer.cancel()
+        return await self._read(index, item, ran)
+
+    async def _read(self, index: int, item: CodeInterpreterCall, ran: Ran) -> Ran:
+        """The safety stage reads the run's output before the model does."""
+        if not ran.outputs:
+            return ran
+        budget = self.budget
+        shown = msgspec.structs.replace(item, outputs=ran.outputs, status=ran.status)
+        read = await budget.safety.scan_async(None, [shown], budget.pool)
+        budget.findings += [(index, finding) for finding in read.findings]
+        if read.verdict == "block":
+            log.info("code run %s: output withheld by the safety policy", item.id)
+            return Ran("failed", [CodeInterpreterLogs(logs=WITHHELD)], ran.container_id)
+        return ran
+
+
+def last_container(context: Sequence[ContextItem]) -> str | None:
+    """The container the latest code run of the context ran in."""
+    for item in reversed(context):
+        if type(item) is CodeInterpreterCall and item.container_id:
+            return item.container_id
+    return None

@@ -1,0 +1,59 @@
+"""A multipart upload read as it arrives: the file part spooled to a temporary file (never held whole in memory),
+the body cut off with 413 once it passes the cap. The Files API's and the Containers API's uploads both come this
+way."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.datastructures import FormData, UploadFile
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Message
+
+from hotloop.errors import InvalidParam, RequestTooLarge
+
+# What a multipart form adds around the file's bytes (boundaries, headers, the other fields), allowed beyond the cap.
+FORM_SLACK = 64 * 1024
+
+
+def is_multipart(request: Request) -> bool:
+    return request.headers.get("content-type", "").startswith("multipart/form-data")
+
+
+@asynccontextmanager
+async def multipart_form(request: Request, limit: int) -> AsyncIterator[FormData]:
+    """The request's form, with at most one file part of at most `limit` bytes (413 beyond, declared or not); a form
+    that does not parse, or ends early, is a 400 naming `file`. The spooled file goes when the block ends."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit + FORM_SLACK:
+        raise RequestTooLarge(limit)
+    received = 0
+
+    async def receive() -> Message:
+        nonlocal received
+        message = await request.receive()
+        received += len(message.get("body", b""))
+        if received > limit + FORM_SLACK:
+            raise RequestTooLarge(limit)
+        return message
+
+    try:
+        form = await Request(request.scope, receive).form(max_files=1, max_fields=8)
+    except HTTPException as exc:  # a form that does not parse
+        raise InvalidParam(f"The multipart form could not be read: {exc.detail}", param="file") from None
+    except ClientDisconnect:  # the client went away mid-upload: nothing is stored, nothing to log as a fault
+        raise InvalidParam("The upload ended before its form did.", param="file") from None
+    try:
+        part = form.get("file")
+        if isinstance(part, UploadFile) and (part.size or 0) > limit:
+            raise RequestTooLarge(limit)
+        yield form
+    finally:
+        await form.close()
+
+
+def text_field(form: FormData, name: str) -> str | None:
+    value = form.get(name)
+    return value if isinstance(value, str) else None
