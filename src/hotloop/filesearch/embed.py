@@ -101,7 +101,7 @@ class WordLlamaEmbedder:
         previous = 0
         for edge in edges:
             if edge > previous:
-                running = running + table[ids[previous:edge]].sum(axis=0, dtype=np.float64)
+                running = running + table[ids[previous:edge]].sum(axis=0)  # float32, pairwise: exact enough
             sums[edge] = running
             previous = edge
         rows = np.stack([(sums[end] - sums[start]) / max(end - start, 1) for start, end in windows])

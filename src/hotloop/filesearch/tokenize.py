@@ -13,6 +13,7 @@ and ~15 times with the words cached.
 from __future__ import annotations
 
 import re
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,7 @@ class WordTokens:
         from tokenizers import Tokenizer
 
         self._raw = Tokenizer(tokenizer.model)  # the model alone: words arrive normalized, each one word
-        self._words: dict[str, Ids] = {}
+        self._words: dict[str, tuple[int, ...]] = {}  # each distinct word's token ids
         self._advance, self._back = _widths(tokenizer.get_vocab())
         added = {token.content: token_id for token_id, token in tokenizer.get_added_tokens_decoder().items()}
         self._added = added
@@ -74,14 +75,9 @@ class WordTokens:
         if not text:
             return np.zeros(0, np.int32), np.zeros((0, 2), np.int64)
         normalized = SPACE + text.replace(" ", SPACE)  # one character for one: offsets shift by the prepended one
-        codes: dict[str, int] = {}
         words = _WORDS.findall(normalized)
-        occurrences = np.fromiter((codes.setdefault(word, len(codes)) for word in words), np.int64, len(words))
-        ids, counts = self._layout(list(codes))
-        # The text's tokens: each occurrence's word's, from the distinct words' laid end to end.
-        per = counts[occurrences]
-        first = (np.cumsum(counts) - counts)[occurrences]
-        tokens = ids[np.arange(int(per.sum())) + np.repeat(first - (np.cumsum(per) - per), per)]
+        self._learn(words)
+        tokens = np.fromiter(chain.from_iterable(map(self._words.__getitem__, words)), np.int32)
         # Each token's characters from the vocabulary's widths (tokens cover the normalized text end to end).
         advance = self._advance[tokens]
         starts = np.cumsum(advance) - advance - self._back[tokens]
@@ -89,15 +85,13 @@ class WordTokens:
         # The prepended "▁" stands for the text's first character, as `encode`'s alignments have it.
         return tokens, np.stack((np.maximum(starts - 1, 0), np.maximum(ends - 1, 1)), axis=1)
 
-    def _layout(self, words: list[str]) -> tuple[Ids, npt.NDArray[np.int64]]:
-        """The distinct words' token ids end to end, and how many each word has."""
+    def _learn(self, words: list[str]) -> None:
+        """The tokens of the words not seen yet, in one call of the model (its own batch, in Rust)."""
         if len(self._words) > CACHED_WORDS:
             self._words.clear()
-        new = [word for word in words if word not in self._words]
+        new = list(set(words).difference(self._words))
         for word, encoding in zip(new, self._raw.encode_batch(new, add_special_tokens=False), strict=True):
-            self._words[word] = np.asarray(encoding.ids, np.int32)
-        found = [self._words[word] for word in words]
-        return np.concatenate(found), np.fromiter(map(len, found), np.int64, len(found))
+            self._words[word] = tuple(encoding.ids)
 
 
 def _widths(vocabulary: dict[str, int]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
