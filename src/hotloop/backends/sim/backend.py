@@ -276,17 +276,25 @@ class SimBackend:
             return [(None, ["According", " to", " [1],", *(" " + word for word in words[:-1]), f" {words[-1]}."])]
         return None
 
+    def _reading(self, request: GenerationRequest, kind: str) -> tuple[ToolSpec, list[tuple[str, str]]] | None:
+        """The offered tool of `kind` and the prompt's latest messages, which the sim reads to call it (None: not
+        offered, or another tool is forced). Reading the prompt's tail costs a decode: only where it is offered."""
+        offered = request.tools if request.tool_choice != "none" else ()
+        spec = next((spec for spec in offered if spec.kind == kind), None)
+        if spec is None or self._decode is None:
+            return None
+        if request.forced_tool is not None and request.forced_tool != spec.prompt_name:
+            return None
+        return spec, _latest_messages(self._decode(list(request.prompt_tokens[-TAIL_TOKENS:])))
+
     def _code(self, request: GenerationRequest) -> list[tuple[ToolSpec | str | None, list[str]]] | None:
         """With `code_interpreter` offered, by the prompt's latest messages: a user's message gets a program
         (`sim_program`: the metadata's `sim_code` exactly, when set), a run's output an answer quoting its first
         line. None: the usual policy."""
-        offered = request.tools if request.tool_choice != "none" else ()
-        spec = next((spec for spec in offered if spec.kind == code_interpreter.KIND), None)
-        if spec is None or self._decode is None:  # reading the prompt's tail costs a decode: only when offered
+        read = self._reading(request, code_interpreter.KIND)
+        if read is None:
             return None
-        if request.forced_tool is not None and request.forced_tool != spec.prompt_name:
-            return None
-        latest = _latest_messages(self._decode(list(request.prompt_tokens[-TAIL_TOKENS:])))
+        spec, latest = read
         if latest and latest[-1][0] == "user":
             code = request.metadata.get("sim_code")
             program = code if isinstance(code, str) and code else sim_program(latest[-1][1])
@@ -301,13 +309,10 @@ class SimBackend:
         commands (the metadata's `sim_commands`, a JSON list of command lines, exactly when set; `sim_timeout_ms`
         and `sim_max_output_length` its limits), its output an answer quoting its first line. None: the usual
         policy."""
-        offered = request.tools if request.tool_choice != "none" else ()
-        spec = next((spec for spec in offered if spec.kind == hosted_shell.KIND), None)
-        if spec is None or self._decode is None:  # reading the prompt's tail costs a decode: only when offered
+        read = self._reading(request, hosted_shell.KIND)
+        if read is None:
             return None
-        if request.forced_tool is not None and request.forced_tool != spec.prompt_name:
-            return None
-        latest = _latest_messages(self._decode(list(request.prompt_tokens[-TAIL_TOKENS:])))
+        spec, latest = read
         if latest and latest[-1][0] == "user":
             arguments: dict[str, Any] = {"commands": _sim_commands(request.metadata.get("sim_commands"))}
             for name in ("timeout_ms", "max_output_length"):

@@ -19,9 +19,8 @@ from collections.abc import AsyncGenerator, Sequence
 import msgspec
 
 from hotloop.errors import HotloopError
-from hotloop.pipeline.containers.runtime import CodeRuntime, Ran
-from hotloop.pipeline.mcp.calls import Calls
-from hotloop.tools.code_interpreter import Declared
+from hotloop.pipeline.containers.runtime import Ran
+from hotloop.pipeline.steps.in_container import ContainerCalls
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
 from hotloop.wire.items import ContextItem
@@ -32,19 +31,15 @@ log = logging.getLogger("hotloop.code_interpreter")
 WITHHELD = "The output was withheld by the server's safety policy."
 
 
-class CodeRuns:
-    """One response's code runs: where they run (the request's tool, the context's last container), as whom,
-    within what budget."""
+class CodeRuns(ContainerCalls):
+    """One response's code runs."""
 
-    def __init__(
-        self, runtime: CodeRuntime, owner: str, declared: Declared, budget: Calls, context: Sequence[ContextItem]
-    ) -> None:
-        self.runtime = runtime
-        self.owner = owner
-        self.declared = declared
-        self.budget = budget
-        # `auto`: the container the context last ran code in, while it is still there (OpenAI reuses it too).
-        self.container_id = declared.container_id or last_container(context)
+    @staticmethod
+    def last_container(context: Sequence[ContextItem]) -> str | None:
+        for item in reversed(context):
+            if type(item) is CodeInterpreterCall and item.container_id:
+                return item.container_id
+        return None
 
     def pending(self, builder: ResponseBuilder) -> list[int]:
         return builder.code_pending()
@@ -95,11 +90,3 @@ class CodeRuns:
             log.info("code run %s: output withheld by the safety policy", item.id)
             return Ran("failed", [CodeInterpreterLogs(logs=WITHHELD)], ran.container_id)
         return ran
-
-
-def last_container(context: Sequence[ContextItem]) -> str | None:
-    """The container the latest code run of the context ran in."""
-    for item in reversed(context):
-        if type(item) is CodeInterpreterCall and item.container_id:
-            return item.container_id
-    return None

@@ -21,9 +21,8 @@ import msgspec
 
 from hotloop.errors import HotloopError
 from hotloop.ids import new_id
-from hotloop.pipeline.containers.runtime import CodeRuntime, Shelled
-from hotloop.pipeline.mcp.calls import Calls
-from hotloop.tools.code_interpreter import Declared
+from hotloop.pipeline.containers.runtime import Shelled
+from hotloop.pipeline.steps.in_container import ContainerCalls
 from hotloop.tools.hosted_shell import NOT_RUN_EXIT
 from hotloop.wire.builder import ResponseBuilder
 from hotloop.wire.events import Event
@@ -37,19 +36,17 @@ OVER_BUDGET = "The commands were not run: the response reached its max_tool_call
 STEERED = "The commands were not run: the response was steered."
 
 
-class ShellRuns:
-    """One response's hosted shell calls: where they run (the request's tool, the context's last container), as
-    whom, within what budget."""
+class ShellRuns(ContainerCalls):
+    """One response's hosted shell calls, each answered by its output."""
 
-    def __init__(
-        self, runtime: CodeRuntime, owner: str, declared: Declared, budget: Calls, context: Sequence[ContextItem]
-    ) -> None:
-        self.runtime = runtime
-        self.owner = owner
-        self.declared = declared
-        self.budget = budget
-        # `container_auto`: the container the context's last hosted shell call ran in, while it is still there.
-        self.container_id = declared.container_id or last_container(context)
+    @staticmethod
+    def last_container(context: Sequence[ContextItem]) -> str | None:
+        for item in reversed(context):
+            if type(item) is ShellCall and item.hosted and isinstance(item.environment, dict):
+                container_id = item.environment.get("container_id")
+                if isinstance(container_id, str) and container_id:
+                    return container_id
+        return None
 
     def pending(self, builder: ResponseBuilder) -> list[int]:
         return builder.shell_pending()
@@ -121,13 +118,3 @@ def _output(call: ShellCall, entries: list[ShellOutput], status: ItemStatus) -> 
     return ShellCallOutput(
         call_id=call.call_id, output=entries, id=new_id("sho"), status=status, max_output_length=limit, agent=agent
     )
-
-
-def last_container(context: Sequence[ContextItem]) -> str | None:
-    """The container the latest hosted shell call of the context ran in."""
-    for item in reversed(context):
-        if type(item) is ShellCall and item.hosted and isinstance(item.environment, dict):
-            container_id = item.environment.get("container_id")
-            if isinstance(container_id, str) and container_id:
-                return container_id
-    return None
