@@ -90,7 +90,6 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     files_max_bytes: int = 512 * MiB
     containers_max_per_key: int = 100
     containers_max_files: int = 1000
-    containers_network: bool = False
     containers_sweep_s: float = 10.0
     code_interpreter: bool = True
     code_timeout_s: float = 60.0
@@ -221,8 +220,6 @@ HELP: dict[str, str] = {
     "containers_limit_reached (deleted and expired ones do not count).",
     "containers_max_files": "Most files one container holds (uploaded, copied or written by its code); beyond: 400 "
     "container_files_limit_reached. Each file holds at most files_max_bytes.",
-    "containers_network": "Containers may be created with network_policy `allowlist` (the sandbox must then let their "
-    "code reach those domains); off: such a create is refused with 400 naming network_policy.",
     "containers_sweep_s": "Seconds between two sweeps of each replica that delete the containers idle past their "
     "expires_after, with their files (an expired one reads as gone at once).",
     "code_interpreter": "Run the code_interpreter tool's code and a hosted shell's commands in containers "

@@ -92,7 +92,7 @@ def auto_container(container: dict[str, Any], where: str, fields: frozenset[str]
 
 def _network(policy: Any, where: str) -> None:
     """An `auto` container has no network: `{type: "disabled"}` (the default) only. A container made with the
-    Containers API may allow it where the server does (`containers_network`): name that container instead."""
+    Containers API has none either (pipeline/objects/containers.py)."""
     if policy is None or (isinstance(policy, dict) and policy.get("type") == "disabled" and len(policy) == 1):
         return
     raise InvalidParam(

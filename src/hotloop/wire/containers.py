@@ -13,7 +13,6 @@ MEMORY_LIMITS = ("1g", "4g", "16g", "64g")  # OpenAI's; the default is the first
 DEFAULT_MINUTES, MINUTES_MAX = 20, 10_080
 LIST_LIMIT_MAX = 100  # OpenAI's bound for both lists (default 20)
 MAX_NAME = 256
-MAX_DOMAINS = 256  # a network policy's `allowed_domains`
 
 
 class ExpiresAfter(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -4,7 +4,6 @@ container reads as missing (404), never as forbidden."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 from typing import BinaryIO
 
@@ -14,7 +13,6 @@ from hotloop.pipeline.service import Service
 from hotloop.stores.containers import Order
 from hotloop.wire.containers import (
     DEFAULT_MINUTES,
-    MAX_DOMAINS,
     MAX_NAME,
     MEMORY_LIMITS,
     MINUTES_MAX,
@@ -32,7 +30,6 @@ from hotloop.wire.containers import (
 from hotloop.wire.files import FileObject
 
 # A domain name (RFC 1035 labels, case-insensitive), optionally `*.` for its subdomains.
-_DOMAIN = re.compile(r"(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
 
 # -- checks at the door -------------------------------------------------------------------------------------------
@@ -48,34 +45,23 @@ def _expires(expires: ExpiresAfter | None) -> ExpiresAfter:
     return expires
 
 
-def _network(policy: RequestedPolicy | None, allowed: bool) -> NetworkPolicy:
+def _network(policy: RequestedPolicy | None) -> NetworkPolicy:
+    """Containers here have no network: an allowlist is refused, since the sandbox could not hold one (its network
+    would be the host's, loopback and the server's own stores included: docs/sandbox.md)."""
     if policy is None or policy.type == "disabled":
         if policy is not None and (policy.allowed_domains is not None or policy.domain_secrets is not None):
             raise InvalidParam("A 'disabled' network policy takes no domains.", param="network_policy")
         return NetworkPolicy(type="disabled")
     if policy.type != "allowlist":
         raise InvalidParam("network_policy.type must be 'disabled' or 'allowlist'.", param="network_policy.type")
-    if not allowed:
-        raise InvalidParam(
-            "This server runs containers without network access (containers_network is off): network_policy must "
-            "be {'type': 'disabled'}.",
-            param="network_policy",
-        )
-    if policy.domain_secrets is not None:
-        raise InvalidParam(
-            "hotloop injects no domain secrets into containers; leave domain_secrets out.",
-            param="network_policy.domain_secrets",
-        )
-    domains = [domain.lower() for domain in policy.allowed_domains or []]
-    if not 1 <= len(domains) <= MAX_DOMAINS:
-        raise InvalidParam(f"allowed_domains holds 1 to {MAX_DOMAINS} domains.", param="network_policy.allowed_domains")
-    for n, domain in enumerate(domains):
-        if len(domain) > 253 or not _DOMAIN.fullmatch(domain):
-            raise InvalidParam(f"'{domain[:253]}' is not a domain name.", param=f"network_policy.allowed_domains[{n}]")
-    return NetworkPolicy(type="allowlist", allowed_domains=domains)
+    raise InvalidParam(
+        "This server's containers have no network access (it cannot hold one to an allowlist): network_policy must "
+        "be {'type': 'disabled'}.",
+        param="network_policy",
+    )
 
 
-def checked(body: CreateContainer, network_allowed: bool) -> Container:
+def checked(body: CreateContainer) -> Container:
     """The container a valid create makes (its times are set as it is stored); a 400 naming the field otherwise."""
     if len(body.name) > MAX_NAME:
         raise InvalidParam(f"name holds at most {MAX_NAME} characters.", param="name")
@@ -91,7 +77,7 @@ def checked(body: CreateContainer, network_allowed: bool) -> Container:
         name=body.name,
         expires_after=_expires(body.expires_after),
         memory_limit=body.memory_limit or MEMORY_LIMITS[0],
-        network_policy=_network(body.network_policy, network_allowed),
+        network_policy=_network(body.network_policy),
     )
 
 
@@ -110,7 +96,7 @@ async def _sources(service: Service, owner: str, file_ids: list[str]) -> list[Fi
 
 
 async def create(service: Service, owner: str, body: CreateContainer) -> Container:
-    container = checked(body, service.settings.containers_network)
+    container = checked(body)
     sources = await _sources(service, owner, body.file_ids or [])
     return await service.containers.create(owner, container, sources)
 
