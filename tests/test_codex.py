@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,17 @@ env_key = "{env_key}"
 supports_websockets = {websockets}
 model_catalog_url = "{base_url}/models"
 """
+
+
+@pytest.fixture
+def codex_home() -> Iterator[Path]:
+    """Codex's home, outside /tmp: where bubblewrap is installed (the project installs Debian's for its own sandbox:
+    scripts/ensure-bubblewrap.sh) Codex sandboxes each command with it, under a fresh /tmp, where a home in /tmp
+    leaves its sandbox helper out of reach (`bwrap: execvp codex-linux-sandbox: No such file or directory`, every
+    command exit 1)."""
+    home = Path(tempfile.mkdtemp(prefix="hotloop-codex-home-", dir="/var/tmp"))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -121,13 +134,12 @@ def run_codex(
 @pytest.mark.parametrize("thinking", [0, 8], ids=["plain", "reasoning"])
 @pytest.mark.parametrize("websockets", [True, False], ids=["websocket", "http"])
 def test_codex_exec_runs_the_sims_shell_commands(
-    codex_bin: Path, seen: Seen, tmp_path: Path, websockets: bool, thinking: int
+    codex_bin: Path, codex_home: Path, seen: Seen, tmp_path: Path, websockets: bool, thinking: int
 ) -> None:
     """Codex's whole tool loop; with `thinking`, the sim is a reasoning model (a reasoning item before each call
     and the answer), whose items Codex keeps in its history."""
-    work, home = tmp_path / "work", tmp_path / "codex_home"
+    work, home = tmp_path / "work", codex_home
     work.mkdir()
-    home.mkdir()
     server = start_server(
         tmp_path / "data", models=["hotloop-sim"], sim_tool_calls=COMMANDS, sim_reasoning_tokens=thinking
     )
@@ -196,13 +208,14 @@ def test_codex_exec_runs_the_sims_shell_commands(
 
 
 @pytest.mark.timeout(CODEX_TIMEOUT_S + NPM_TIMEOUT_S)
-def test_codex_edits_a_file_through_the_freeform_apply_patch(codex_bin: Path, seen: Seen, tmp_path: Path) -> None:
+def test_codex_edits_a_file_through_the_freeform_apply_patch(
+    codex_bin: Path, codex_home: Path, seen: Seen, tmp_path: Path
+) -> None:
     """The catalog says hotloop-sim follows Lark grammars (`apply_patch_tool_type: freeform`), so Codex offers
     `apply_patch` as a custom tool with its own Lark grammar; the sim (told to prefer it) writes a patch its grammar
     accepts, and Codex applies it: the file is there, and Codex's `custom_tool_call_output` says so."""
-    work, home = tmp_path / "work", tmp_path / "codex_home"
+    work, home = tmp_path / "work", codex_home
     work.mkdir()
-    home.mkdir()
     server = start_server(tmp_path / "data", models=["hotloop-sim"], sim_tool_calls=1, sim_prefer_tools=["apply_patch"])
     try:
         stdout = run_codex(codex_bin, server, work, home, websockets=True)
@@ -275,15 +288,14 @@ def test_models_answers_codex_with_its_catalog(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(CODEX_TIMEOUT_S + NPM_TIMEOUT_S)
 def test_codex_edits_a_file_through_a_gpt_oss_engine_held_to_the_patch_grammar(
-    codex_bin: Path, seen: Seen, tmp_path: Path
+    codex_bin: Path, codex_home: Path, seen: Seen, tmp_path: Path
 ) -> None:
     """The same edit through a `tokens` upstream writing harmony (gpt-oss) on vLLM's dialect: the catalog offers the
     freeform apply_patch because the engine is held to its Lark grammar (a structural tag after the call's header,
     backends/upstream/constraints.py); sim-engine (told to prefer it) writes the patch under that tag, and Codex
     applies it."""
-    work, home = tmp_path / "work", tmp_path / "codex_home"
+    work, home = tmp_path / "work", codex_home
     work.mkdir()
-    home.mkdir()
     tokenizer = harmony_tokenizer_file(tmp_path)
     engine = SimEngineProcess(
         output_format="harmony", tokenizer=tokenizer, tool_calls=1, prefer_tools="apply_patch", prefill_us_per_token=1

@@ -57,6 +57,10 @@ def test_bwrap_gets_new_namespaces_a_read_only_system_and_no_host_secrets() -> N
     assert "--share-net" in bwrap_args(_view(network=True), Bounds(), {})
     networked = {dest for _, dest in host_view("/d", [], "/usr/bin", network=True).optional}
     assert ("/etc/resolv.conf" in networked) == Path("/etc/resolv.conf").exists()
+    # A server whose virtualenv lives in /tmp (a CI checkout): its bind comes after the fresh /tmp, or it is hidden.
+    in_tmp = host_view("/d", [("/tmp/ci/.venv", "/tmp/ci/.venv")], "/tmp/ci/.venv/bin", network=False)
+    args = bwrap_args(in_tmp, Bounds(), {})
+    assert args.index("/tmp") < args.index("/tmp/ci/.venv")
 
 
 @pytest.mark.fast

@@ -87,6 +87,8 @@ def resolve_tools(
     for index, raw in enumerate(tools or ()):
         param = f"tools[{index}]"
         kind = raw.get("type")
+        if not isinstance(kind, str):
+            raise InvalidParam("Each tool needs a string 'type'.", param=f"{param}.type", code="invalid_type")
         later = raw.get("defer_loading") is True
         if kind == hosted_shell.TYPE and hosted_shell.hosted(raw):  # run by the server, in a container
             if no_code is not None:
@@ -144,8 +146,6 @@ def resolve_tools(
                 raise InvalidParam(f"Duplicate server_label '{declared.label}'.", param=f"{param}.server_label")
             servers.append(declared)
             others.append(echo)
-        elif not isinstance(kind, str):
-            raise InvalidParam("Each tool needs a string 'type'.", param=f"{param}.type", code="invalid_type")
         else:
             raise unsupported(kind, param)
     check_unique([*specs, *deferred])

@@ -56,15 +56,17 @@ def bwrap_args(view: View, bounds: Bounds, env: Mapping[str, str]) -> list[str]:
     args += ["--die-with-parent", "--new-session", "--hostname", HOSTNAME, "--clearenv"]
     for name, value in env.items():
         args += ["--setenv", name, value]
+    # The fresh /tmp first: a tree bound under it after (a server whose virtualenv lives in /tmp) stays visible.
+    size = str(bounds.disk_bytes)
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs"]
+    args += ["/dev/shm"]
     for source, dest in view.required:
         args += ["--ro-bind", source, dest]
     for target, dest in view.symlinks:
         args += ["--symlink", target, dest]
     for source, dest in view.optional:
         args += ["--ro-bind-try", source, dest]
-    size = str(bounds.disk_bytes)
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs"]
-    args += ["/dev/shm", "--bind", view.data, DATA, "--chdir", DATA, "--remount-ro", "/"]
+    args += ["--bind", view.data, DATA, "--chdir", DATA, "--remount-ro", "/"]
     return args
 
 
