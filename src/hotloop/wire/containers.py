@@ -1,5 +1,5 @@
-"""The Containers API's wire shapes (OpenAI's container, its container file, their lists and deletions, and the
-request bodies), no I/O."""
+"""The Containers API's wire shapes (OpenAI's container, its container file and the request bodies; their lists and
+deletions are wire/lists.py's), no I/O."""
 
 from __future__ import annotations
 
@@ -53,28 +53,6 @@ class ContainerFile(msgspec.Struct, kw_only=True):
     path: str  # absolute, under MOUNT
     source: str  # `user` (uploaded or copied from the Files API) or `assistant` (the container's code wrote it)
     object: str = "container.file"
-
-
-class ContainerList(msgspec.Struct, kw_only=True):
-    data: list[Container]
-    has_more: bool
-    first_id: str | None
-    last_id: str | None
-    object: str = "list"
-
-
-class ContainerFileList(msgspec.Struct, kw_only=True):
-    data: list[ContainerFile]
-    has_more: bool
-    first_id: str | None
-    last_id: str | None
-    object: str = "list"
-
-
-class Deleted(msgspec.Struct):
-    id: str
-    object: str  # `container.deleted` or `container.file.deleted`
-    deleted: bool = True
 
 
 # -- request bodies: unknown fields are refused with a 400 naming them (transports decode with these) -----------------

@@ -84,20 +84,6 @@ class VectorStoreFileBatch(msgspec.Struct, kw_only=True):
     object: str = "vector_store.files_batch"
 
 
-class ObjectList(msgspec.Struct, kw_only=True):
-    data: list[Any]
-    has_more: bool
-    first_id: str | None
-    last_id: str | None
-    object: str = "list"
-
-
-class Deleted(msgspec.Struct):
-    id: str
-    object: str
-    deleted: bool = True
-
-
 class TextContent(msgspec.Struct):
     text: str
     type: str = "text"

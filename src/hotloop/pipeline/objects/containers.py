@@ -18,16 +18,14 @@ from hotloop.wire.containers import (
     MINUTES_MAX,
     Container,
     ContainerFile,
-    ContainerFileList,
-    ContainerList,
     CreateContainer,
     CreateFileById,
-    Deleted,
     ExpiresAfter,
     NetworkPolicy,
     RequestedPolicy,
 )
 from hotloop.wire.files import FileObject
+from hotloop.wire.lists import Deleted, ObjectList, listed
 
 # A domain name (RFC 1035 labels, case-insensitive), optionally `*.` for its subdomains.
 
@@ -112,12 +110,9 @@ async def delete(service: Service, owner: str, container_id: str) -> Deleted:
 
 async def list_containers(
     service: Service, owner: str, after: str | None, limit: int, order: Order, name: str | None
-) -> ContainerList:
+) -> ObjectList:
     page = await service.containers.list_containers(owner, after=after, limit=limit, order=order, name=name)
-    data = page.data
-    return ContainerList(
-        data=data, has_more=page.has_more, first_id=data[0].id if data else None, last_id=data[-1].id if data else None
-    )
+    return listed(page.data, page.has_more)
 
 
 # -- its files ------------------------------------------------------------------------------------------------------
@@ -142,12 +137,9 @@ async def copy_file(service: Service, owner: str, container_id: str, body: Creat
 
 async def list_files(
     service: Service, owner: str, container_id: str, after: str | None, limit: int, order: Order
-) -> ContainerFileList:
+) -> ObjectList:
     page = await service.containers.list_files(owner, container_id, after=after, limit=limit, order=order)
-    data = page.data
-    return ContainerFileList(
-        data=data, has_more=page.has_more, first_id=data[0].id if data else None, last_id=data[-1].id if data else None
-    )
+    return listed(page.data, page.has_more)
 
 
 async def get_file(service: Service, owner: str, container_id: str, file_id: str) -> ContainerFile:

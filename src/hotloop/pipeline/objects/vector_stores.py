@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import msgspec
 
@@ -20,6 +19,7 @@ from hotloop.pipeline.filesearch.runtime import missing_store
 from hotloop.pipeline.filesearch.search import SearchOptions
 from hotloop.pipeline.service import Service
 from hotloop.stores.vector_stores import Order
+from hotloop.wire.lists import Deleted, ObjectList, listed
 from hotloop.wire.vector_stores import (
     BATCH_FILES_MAX,
     MAX_RESULTS,
@@ -28,11 +28,9 @@ from hotloop.wire.vector_stores import (
     CreateBatch,
     CreateFile,
     CreateStore,
-    Deleted,
     ExpiresAfter,
     FileContentPage,
     FileCounts,
-    ObjectList,
     Search,
     SearchPage,
     StaticChunking,
@@ -206,13 +204,7 @@ async def delete(service: Service, owner: str, store_id: str) -> Deleted:
 
 async def list_stores(service: Service, owner: str, after: str | None, limit: int, order: Order) -> ObjectList:
     page = await service.store.list_vector_stores(owner, after=after, limit=limit, order=order)
-    return _listed(list(page.data), page.has_more)
-
-
-def _listed(data: list[Any], has_more: bool) -> ObjectList:
-    return ObjectList(
-        data=data, has_more=has_more, first_id=data[0].id if data else None, last_id=data[-1].id if data else None
-    )
+    return listed(list(page.data), page.has_more)
 
 
 # -- a store's files ------------------------------------------------------------------------------------------------
@@ -273,7 +265,7 @@ async def list_files(
     found = await service.store.list_store_files(
         owner, store_id, after=after, limit=limit, order=order, status=status, batch_id=batch_id
     )
-    return _listed(list(found.data), found.has_more)
+    return listed(list(found.data), found.has_more)
 
 
 async def file_content(service: Service, owner: str, store_id: str, file_id: str) -> FileContentPage:
