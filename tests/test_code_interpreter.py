@@ -29,6 +29,7 @@ from openai_types_support import openai_typed
 from test_http_replay import assert_same_stream
 from test_sandbox import available  # noqa: F401  (the fixture: root, bubblewrap installed, the sandbox runs here)
 from websocket_sdk_support import run_turn, ws_client
+from wsutil import TERMINAL, WS
 
 set_tracing_disabled(True)  # no trace export: the SDK would otherwise try to reach api.openai.com
 JSON = dict[str, Any]
@@ -395,6 +396,39 @@ def test_websocket_mode_runs_code_and_continues_in_the_container(server: Running
         follow, _ = run_turn(conn, **body, input="Again.", previous_response_id=response.id, metadata={"sim_code": "x"})
         again, _ = _call(follow)
         assert again.container_id == call.container_id and _logs(again) == "'kept'"
+
+
+def test_a_steer_interrupts_the_run_under_way_and_the_kernel_keeps_its_variables(server: RunningServer) -> None:
+    """A steered run is interrupted at once (a KeyboardInterrupt in its code) and ends `incomplete`; the successor,
+    which hotloop-sim has run the same code again, is interrupted by the socket's close; the kernel lives on, its
+    variables with it (no fresh kernel's notice)."""
+    client = _client(server)
+    container = client.containers.create(name="steered")
+    tool = {"type": "code_interpreter", "container": container.id}
+    _run(client, "x = 41\nprint('set')", tools=[tool])
+    waiting = "import time\nprint('waiting', flush=True)\nfor _ in range(300):\n    time.sleep(0.1)"
+    metadata = {"sim_code": waiting}
+    body = {"model": "hotloop-sim", "input": "Wait.", "tools": [tool], "store": False, "metadata": metadata}
+    with WS(server.ws_url, api_key="key-a") as ws:
+        ws.create(**body)
+        frames = [ws.recv()]
+        while frames[-1]["type"] != "response.code_interpreter_call.interpreting":
+            frames.append(ws.recv(timeout=20))
+        time.sleep(0.3)  # the code is in its loop
+        started = time.monotonic()
+        ws.send({"type": "response.steer", "previous_response_id": frames[0]["response"]["id"], "input": "Stop."})
+        while frames[-1]["type"] not in TERMINAL:
+            frames.append(ws.recv(timeout=10))
+        assert time.monotonic() - started < 3
+        steered = frames[-1]["response"]
+        assert steered["status"] == "incomplete" and steered["incomplete_details"] == {"reason": "steered"}
+        [call] = steered["output"]
+        assert (call["type"], call["status"]) == ("code_interpreter_call", "incomplete")
+        while ws.recv(timeout=20)["type"] != "response.code_interpreter_call.interpreting":  # the successor's run
+            pass
+    follow = _run(client, "x + 1", tools=[tool], include=OUTPUTS)  # waits for the successor's run to be interrupted
+    call, answer = _call(follow)
+    assert call.status == "completed" and _logs(call) == "42" and answer == "The code printed: 42"
 
 
 def test_the_agents_sdk_code_interpreter_tool(server: RunningServer) -> None:

@@ -167,7 +167,7 @@ def test_another_keys_container_is_not_found(server: RunningServer) -> None:
     assert _client(server).containers.files.content.retrieve(file.id, container_id=mine.id).content == b"mine"
 
 
-EXP, MINUTES = "expires_after", "expires_after.minutes"
+EXP, MINUTES, SKILL = "expires_after", "expires_after.minutes", "skills[0].skill_id"
 
 
 def test_bad_input_names_the_parameter_and_stores_nothing(server: RunningServer) -> None:
@@ -195,7 +195,8 @@ def test_bad_input_names_the_parameter_and_stores_nothing(server: RunningServer)
             "invalid_value",
             "network_policy",
         ),
-        ({"name": "x", "skills": [{"type": "skill_reference", "skill_id": "sk_1"}]}, 400, "invalid_value", "skills"),
+        ({"name": "x", "skills": [{"type": "skill_reference", "skill_id": "sk_1"}]}, 404, "skill_not_found", SKILL),
+        ({"name": "x", "skills": [{"type": "inline", "name": "a"}]}, 400, "invalid_value", "skills[0].description"),
         ({"name": "x", "file_ids": [file.id, "file-nope"]}, 404, "file_not_found", "file_ids[1]"),
         ([1, 2], 400, "invalid_type", None),
     ]

@@ -12,12 +12,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import BinaryIO, cast
 
+import msgspec
 import pytest
 
 from hotloop.config import Settings
 from hotloop.errors import ServerError
 from hotloop.stores.base import Store
-from hotloop.stores.containers import ContainersNotKept
+from hotloop.stores.containers import ContainerSkill, ContainersNotKept
 from hotloop.stores.files import CHUNK_BYTES, chunks_of
 from hotloop.stores.postgres import PostgresStore
 from hotloop.stores.sqlite import SQLiteStore
@@ -219,6 +220,35 @@ async def test_idle_containers_expire_with_their_files(store: Store) -> None:
     busy = await store.get_container(A, "cntr_busy", later)
     assert busy is not None and busy.last_active_at == NOW + 300
     assert sorted(await store.expire_containers(NOW + 10 * IDLE_S, 10)) == ["cntr_busy", "cntr_other"]
+
+
+async def test_a_container_keeps_its_skills_zips_until_it_goes(store: Store) -> None:
+    """Its skills go in with it, in order, each zip in chunks (one larger than a chunk); another owner's read finds
+    no container; deleting or expiring it takes their bytes too."""
+    big = os.urandom(CHUNK_BYTES + 10)
+    skills = [(ContainerSkill("csv", "Reads CSV.", 3, "skill_1", "2"), b"zip"), (ContainerSkill("big", "B.", 0), big)]
+    made = Container(
+        id="cntr_s",
+        created_at=NOW,
+        last_active_at=NOW,
+        name="s",
+        expires_after=ExpiresAfter(anchor="last_active_at", minutes=IDLE_S // 60),
+    )
+    assert await store.put_container(A, made, NOW + IDLE_S, 100, skills)
+    stored = await store.container_skills(A, "cntr_s", NOW)
+    assert stored is not None and [one.skill for one in stored] == [skill for skill, _ in skills]
+    for one, (_, data) in zip(stored, skills, strict=True):
+        assert b"".join([chunk async for chunk in store.container_file_content(one.blob)]) == data
+    assert await store.container_skills(B, "cntr_s", NOW) is None
+    assert await store.container_skills(A, "cntr_s", NOW + IDLE_S) is None  # past its expiry
+    assert await store.delete_container(A, "cntr_s", NOW)
+    assert await _chunk_rows(store) == 0
+    # Refused for the owner's bound: nothing of it, its skills' bytes included, is kept.
+    assert not await store.put_container(A, msgspec.structs.replace(made, id="cntr_t"), NOW + IDLE_S, 0, skills)
+    assert await _chunk_rows(store) == 0
+    assert await store.put_container(A, msgspec.structs.replace(made, id="cntr_u"), NOW + IDLE_S, 100, skills)
+    assert await store.expire_containers(NOW + 2 * IDLE_S, 10) == ["cntr_u"]
+    assert await _chunk_rows(store) == 0
 
 
 async def test_the_redis_store_keeps_no_containers(tmp_path: Path) -> None:

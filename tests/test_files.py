@@ -58,6 +58,17 @@ def test_a_file_round_trips_through_openai_python(files_server: RunningServer) -
     assert missing.value.code == "file_not_found"
 
 
+def test_a_name_beyond_latin_1_is_downloaded_under_both_its_names(files_server: RunningServer) -> None:
+    """A header is latin-1 on the wire: the name goes as ASCII and as RFC 6266's UTF-8 `filename*`."""
+    client = _client(files_server)
+    made = client.files.create(file=("données-文件 1.txt", b"x"), purpose="assistants")
+    raw = client.files.with_raw_response.content(made.id)
+    assert raw.headers["content-disposition"] == (
+        "attachment; filename=\"donn_es-__ 1.txt\"; filename*=UTF-8''donn%C3%A9es-%E6%96%87%E4%BB%B6%201.txt"
+    )
+    assert raw.content == b"x"
+
+
 def test_lists_page_newest_first_with_a_cursor(files_server: RunningServer) -> None:
     client = _client(files_server, "key-b")
     made = []

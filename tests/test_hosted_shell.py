@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from hotloop.pipeline.prepare import added
 from hotloop.pipeline.steps.shell_runs import WITHHELD
 from hotloop.pipeline.tools import resolve_tool_choice, resolve_tools
 from hotloop.sandbox import probe
+from hotloop.sandbox.uids import UID_BASE
 from hotloop.tools import hosted_shell
 from hotloop.tools.registry import BY_ITEM, build_call
 from hotloop.wire.builder import ResponseBuilder
@@ -42,7 +45,9 @@ from hotloop.wire.response import Response
 from hotloop.wire.tool_items import AdditionalTools, ShellCall, ShellCallOutput, ShellOutcome, ShellOutput
 from http_support import check_sequence, parse_sse, stream_create
 from openai_types_support import checked, openai_typed
+from process_support import eventually
 from websocket_sdk_support import run_turn, ws_client
+from wsutil import TERMINAL, WS
 
 set_tracing_disabled(True)  # no trace export: the SDK would otherwise try to reach api.openai.com
 
@@ -116,10 +121,9 @@ BAD = [
     ({"type": "container_reference", "container_id": "abc"}, "tools[0].environment.container_id"),
     ({"type": "container_reference", "container_id": 7}, "tools[0].environment.container_id"),
     ({"type": "container_reference", "container_id": "cntr_a", "file_ids": []}, "tools[0].environment.file_ids"),
-    (
-        {"type": "container_auto", "skills": [{"type": "skill_reference", "skill_id": "s"}]},
-        "tools[0].environment.skills",
-    ),
+    ({"type": "container_auto", "skills": [{"type": "skill_reference"}]}, "tools[0].environment.skills[0].skill_id"),
+    ({"type": "container_auto", "skills": {"type": "inline"}}, "tools[0].environment.skills"),
+    ({"type": "container_reference", "container_id": "cntr_a", "skills": []}, "tools[0].environment.skills"),
     (
         {"type": "container_auto", "network_policy": {"type": "allowlist", "allowed_domains": ["pypi.org"]}},
         "tools[0].environment.network_policy",
@@ -137,8 +141,6 @@ def test_bad_environments_are_400_naming_the_field(environment: dict[str, Any], 
     with pytest.raises(HotloopError) as info:
         resolve_tools([{"type": "shell", "environment": environment}])
     assert (info.value.status, info.value.param) == (400, param)
-    if param.endswith(".skills"):
-        assert "not supported yet" in info.value.message
 
 
 @pytest.mark.fast
@@ -500,7 +502,7 @@ def test_a_bad_environment_is_refused_over_http(served: RunningServer) -> None:
     tool = {"type": "shell", "environment": {"type": "container_auto", "skills": [{"type": "skill_reference"}]}}
     with pytest.raises(openai.BadRequestError) as info:
         client.responses.create(model="hotloop-sim", input="x", tools=[tool])
-    assert info.value.body["param"] == "tools[0].environment.skills"  # type: ignore[index]
+    assert info.value.body["param"] == "tools[0].environment.skills[0].skill_id"  # type: ignore[index]
 
 
 def test_output_the_safety_policy_blocks_is_withheld(tmp_path: Path) -> None:
@@ -517,3 +519,114 @@ def test_output_the_safety_policy_blocks_is_withheld(tmp_path: Path) -> None:
     assert response.status == "completed" and call.status == "completed" and answer.status == "incomplete"
     assert [(run.stdout, run.stderr) for run in answer.output] == [("", WITHHELD)]
     assert "pwned" not in response.model_dump_json()
+
+
+# -- a steer or a cancel ends the command under way ---------------------------------------------------------------
+
+KERNEL_MARK = "\0-I\0-B\0-c\0"  # in the command line of the kernel's processes (sandbox/kernel.py), and no other's
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """Every live process (zombies aside): pid → (uid, command line, NULs between its arguments)."""
+    found = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+                found[int(entry.name)] = (entry.stat().st_uid, Path(entry.path, "cmdline").read_text())
+    return found
+
+
+def _running(token: str) -> tuple[int, set[int]]:
+    """The container's uid once a command naming `token` runs in it, and its processes that are not the kernel's
+    (the command's tree: bwrap's monitor, the sandbox's init, bash, what it started)."""
+
+    def found() -> int | None:  # the launcher's steps before bwrap run as root, with the command on their lines
+        return next((uid for uid, line in _processes().values() if token in line and uid >= UID_BASE), None)
+
+    assert eventually(lambda: found() is not None, timeout=20)
+    uid = found()
+    assert uid is not None
+    return uid, _not_kernel(uid)
+
+
+def _not_kernel(uid: int) -> set[int]:
+    return {pid for pid, (owner, line) in _processes().items() if owner == uid and KERNEL_MARK not in line}
+
+
+def _gone(pids: set[int]) -> bool:
+    return not pids & _processes().keys()
+
+
+def _container(served: RunningServer, name: str) -> tuple[str, dict[str, Any]]:
+    container = served.client(api_key="key-a").containers.create(name=name)
+    return container.id, {"type": "shell", "environment": {"type": "container_reference", "container_id": container.id}}
+
+
+def _still_usable(served: RunningServer, tool: dict[str, Any]) -> None:
+    response = served.client(api_key="key-a").responses.create(
+        model="hotloop-sim", input="Again.", tools=[tool], metadata=_commands("echo usable")
+    )
+    _, answer = _shell(response)
+    assert answer.status == "completed" and answer.output[0].stdout == "usable\n"
+
+
+def test_a_steer_stops_the_command_under_way_and_closing_the_socket_stops_the_next(served: RunningServer) -> None:
+    """The steered call's command is killed with its tree within a second or two: its output so far, `exit` 137
+    and why, the commands after it not run, the call and its output `incomplete`. The successor (hotloop-sim calls
+    the same command again) is cut by the socket's close, as a cancelled response is; the container, its kernel
+    untouched, runs the next call."""
+    container_id, tool = _container(served, "steered")
+    token = f"steered-{os.urandom(4).hex()}"
+    commands = _commands(f"echo started; sleep 30; echo {token}", "echo never")
+    with WS(served.ws_url, api_key="key-a") as ws:
+        ws.create(model="hotloop-sim", input="Wait.", tools=[tool], store=False, metadata=commands)
+        frames = [ws.recv()]
+        target = frames[0]["response"]["id"]
+        uid, first = _running(token)
+        started = time.monotonic()
+        ws.send({"type": "response.steer", "previous_response_id": target, "input": "Stop waiting."})
+        while frames[-1]["type"] not in TERMINAL:
+            frames.append(ws.recv(timeout=10))
+        assert time.monotonic() - started < 3 and eventually(lambda: _gone(first), timeout=2)
+        steered = frames[-1]["response"]
+        assert steered["status"] == "incomplete" and steered["incomplete_details"] == {"reason": "steered"}
+        call, answer = steered["output"][0], steered["output"][1]
+        assert call["type"] == "shell_call" and call["status"] == "incomplete"
+        assert call["environment"] == {"type": "container_reference", "container_id": container_id}
+        assert answer["type"] == "shell_call_output" and answer["status"] == "incomplete"
+        stopped, never = answer["output"]
+        assert stopped["stdout"] == "started\n" and stopped["outcome"] == {"type": "exit", "exit_code": 137}
+        assert stopped["stderr"] == "The command was stopped: the response was steered."
+        assert never["stdout"] == "" and never["outcome"]["exit_code"] == hosted_shell.NOT_RUN_EXIT
+        assert any(frame["type"] == "response.steer.accepted" for frame in frames)
+        for item in (call, answer):
+            _exact(openai_typed("output", item), item["type"])  # openai-python's types, held to their fields
+        # The successor runs the command again; closing the socket cancels it, and its command with it. (Its events
+        # are read first: the client's unread frames would hold up the close handshake.)
+        written = 0  # the successor's call, its two commands written: it runs them now
+        while written < 2:
+            frame = ws.recv(timeout=20)
+            assert frame["type"] not in TERMINAL, frame
+            written += frame["type"] == "response.shell_call_command.done"
+        assert eventually(lambda: bool(_not_kernel(uid) - first), timeout=20)
+        second = _not_kernel(uid)
+    assert eventually(lambda: _gone(second), timeout=2)
+    assert not _not_kernel(uid)  # the kernel's processes are all that is left of the container
+    _still_usable(served, tool)
+
+
+def test_cancelling_a_background_response_kills_its_command(served: RunningServer) -> None:
+    _, tool = _container(served, "cancelled")
+    token = f"cancelled-{os.urandom(4).hex()}"
+    client = served.client(api_key="key-a")
+    response = client.responses.create(
+        model="hotloop-sim", input="Wait.", tools=[tool], background=True, metadata=_commands(f"sleep 30; echo {token}")
+    )
+    uid, command = _running(token)
+    started = time.monotonic()
+    assert client.responses.cancel(response.id).status == "cancelled"
+    assert time.monotonic() - started < 3 and eventually(lambda: _gone(command), timeout=2)
+    assert not _not_kernel(uid)
+    _still_usable(served, tool)

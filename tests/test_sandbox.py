@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -269,6 +270,7 @@ async def test_the_kernel_keeps_its_variables_and_shows_the_last_value(sandbox: 
         assert "<string>" not in failed.error and "execute" not in failed.error  # none of the kernel's own frames
         syntax = await container.python("x +")
         assert syntax.error is not None and "SyntaxError" in syntax.error
+        assert syntax.error.startswith('  File "<cell 4>", line 1') and "ast.py" not in syntax.error  # as a REPL does
         assert (await container.python("raise SystemExit(3)")).error is not None
         forked = await container.python("import os\nif os.fork() == 0:\n    pass  # the child must not answer\n'ok'")
         assert forked.result == "'ok'"
@@ -549,3 +551,85 @@ def _live(uid: int) -> list[str]:
                 if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
                     found.append(pid)
     return found
+
+
+async def _until(found: Any, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not found():
+        assert time.monotonic() < deadline, "not in time"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_stopped_or_cancelled_command_ends_with_its_tree_and_the_kernel_lives_on(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """A steer (`stop`) or a cancelled call kills the command under way with all it started, within a second; the
+    kernel's processes are the only ones of the container's uid left, and the kernel keeps its variables."""
+    container = await _open(sandbox, tmp_path / "c")
+    try:
+        await container.python("x = 41")
+        kernel = set(_live(container.uid))
+        stop = asyncio.Event()
+        call = asyncio.ensure_future(
+            container.shell(["echo before; sleep 30 & sleep 31; echo after", "echo never"], stop=stop)
+        )
+        await _until(lambda: len(_live(container.uid)) > len(kernel) + 3)  # the monitor, init, bash, both sleeps
+        started = time.monotonic()
+        stop.set()
+        [run] = await asyncio.wait_for(call, 5)
+        assert time.monotonic() - started < 1.5 and set(_live(container.uid)) == kernel
+        assert (run.stdout, run.stderr, run.exit_code, run.stopped) == ("before\n", "", 137, True)  # no launcher noise
+        cancelled = asyncio.ensure_future(container.shell(["sleep 30"]))
+        await _until(lambda: len(_live(container.uid)) > len(kernel) + 2)
+        started = time.monotonic()
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(cancelled, 5)
+        assert time.monotonic() - started < 1.5 and set(_live(container.uid)) == kernel
+        [after] = await container.shell(["echo again"])
+        assert (after.stdout, after.exit_code, after.stopped) == ("again\n", 0, False)
+        again = await container.python("x + 1")
+        assert (again.result, again.notice) == ("42", None)
+    finally:
+        await container.close()
+
+
+@pytest.mark.parametrize("wait", [0.0, 0.3])
+async def test_a_cancelled_call_interrupts_its_code_and_the_kernel_keeps_its_variables(
+    sandbox: Sandbox, tmp_path: Path, wait: float
+) -> None:
+    """Cancelling a Python call raises KeyboardInterrupt in its code (whether it had begun or not: the interrupt is
+    repeated until the cell ends); the next call runs on the same kernel, its answer its own."""
+    container = await _open(sandbox, tmp_path / "c")
+    try:
+        await container.python("x = 41")
+        call = asyncio.ensure_future(container.python("import time\nfor _ in range(300): time.sleep(0.1)\n'late'"))
+        await asyncio.sleep(wait)
+        started = time.monotonic()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(call, 5)
+        assert time.monotonic() - started < 1.5
+        again = await container.python("x + 1")
+        assert (again.result, again.notice, again.error) == ("42", None, None)
+    finally:
+        await container.close()
+
+
+async def test_code_that_outlasts_the_interrupt_has_its_kernel_stopped(sandbox: Sandbox, tmp_path: Path) -> None:
+    container = await _open(sandbox, tmp_path / "c")
+    try:
+        stubborn = (
+            "import time\nwhile True:\n    try:\n        time.sleep(10)\n    except KeyboardInterrupt:\n        ..."
+        )
+        call = asyncio.ensure_future(container.python(stubborn))
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(call, 10)
+        assert time.monotonic() - started < 5
+        fresh = await container.python("1 + 1")
+        assert fresh.result == "2" and fresh.notice is not None and "did not end when interrupted" in fresh.notice
+    finally:
+        await container.close()

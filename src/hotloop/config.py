@@ -94,6 +94,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     code_interpreter: bool = True
     code_timeout_s: float = 60.0
     containers_live_max: int = 32
+    skills_max_per_key: int = 1000
     file_search_workers: int = 2
     file_search_embeddings_url: str = ""
     file_search_embeddings_model: str = ""
@@ -220,6 +221,8 @@ HELP: dict[str, str] = {
     "containers_limit_reached (deleted and expired ones do not count).",
     "containers_max_files": "Most files one container holds (uploaded, copied or written by its code); beyond: 400 "
     "container_files_limit_reached. Each file holds at most files_max_bytes.",
+    "skills_max_per_key": "Most skills (/v1/skills) one API key may hold, each with up to 1000 versions of at most "
+    "50 MB; a create beyond gets 400 skills_limit_reached.",
     "containers_sweep_s": "Seconds between two sweeps of each replica that delete the containers idle past their "
     "expires_after, with their files (an expired one reads as gone at once).",
     "code_interpreter": "Run the code_interpreter tool's code and a hosted shell's commands in containers "

@@ -20,6 +20,7 @@ from hotloop.models import Model
 from hotloop.observability.timings import StageTimings
 from hotloop.observability.tracing import ResponseTrace
 from hotloop.pipeline import compaction
+from hotloop.pipeline.containers.skills import described
 from hotloop.pipeline.grammars import check_grammars
 from hotloop.pipeline.inject import multi_agent
 from hotloop.pipeline.inputs import Inputs, gather, match_resent, remember
@@ -74,6 +75,7 @@ async def start_turn(
         tools = prior.tools(request.tools)
         if tools is None:  # resolved once per chain: its grammars compiled then (and kept, tools/grammar.py)
             tools = _resolved(request, service)
+            tools = await described(tools, service.skills, service.containers, session.owner)  # a shell's skills
             if tools.grammars:
                 await check_grammars(tools.grammars, service.settings.grammar_compile_timeout_s)
         tools = with_actions(tools, multi_agent(request), service.settings.multi_agent_max_depth > 0)

@@ -28,6 +28,7 @@ from hotloop.pipeline.filesearch.runtime import FileSearch, embeddings_of
 from hotloop.pipeline.mcp.declare import allowed, same_server
 from hotloop.pipeline.mcp.recent import RecentCalls
 from hotloop.pipeline.resend import ResendCache
+from hotloop.pipeline.skills.service import Skills
 from hotloop.pipeline.state.chain_cache import ChainCache
 from hotloop.pipeline.state.drain import Drain
 from hotloop.pipeline.state.limits import ConnectionSlots, RateLimiter
@@ -118,9 +119,11 @@ class Service:
         self.file_search = FileSearch(store, settings.file_search_workers, self.metrics, embeddings_of(settings))
         # Containers (the Containers API, and the code runtime's view of them): pipeline/containers/.
         self.containers = Containers(store, settings)
+        self.skills = Skills(store, settings)  # the Skills API's skills, which containers mount: pipeline/skills/
         # The code runtime: containers' sandboxes on this worker (pipeline/containers/runtime.py).
         self.code = CodeRuntime(
             self.containers,
+            self.skills,
             Sandbox(max_containers=settings.containers_live_max),
             settings.resolved_data_dir() / "containers",
             settings.code_timeout_s,

@@ -19,6 +19,7 @@ from hotloop.sandbox.shell import run_command
 from hotloop.sandbox.uids import Lease, kill_uid
 
 LOST = "Its variables are gone; the next call starts a fresh kernel."
+STOPPED = "a call was stopped, and its code did not end when interrupted"
 KILL_ATTEMPTS = 100
 
 
@@ -76,6 +77,10 @@ class Container:
             assert self._kernel is not None
             try:
                 reply = await self._kernel.run(code, timeout=self.bounds.wall(timeout))
+            except asyncio.CancelledError:  # the code was interrupted (kernel.py); a kernel it outlasted was stopped
+                if not self._kernel.alive:
+                    self._kernel, self._lost = None, STOPPED
+                raise
             except KernelLost as lost:
                 self._kernel, self._lost = None, lost.reason
                 error = f"{_sentence(lost.reason)}. {LOST}"
@@ -84,16 +89,27 @@ class Container:
             return self._run(reply, notice, self._changed(before))
 
     async def shell(
-        self, commands: Sequence[str], *, timeout: float | None = None, max_output_length: int | None = None
+        self,
+        commands: Sequence[str],
+        *,
+        timeout: float | None = None,
+        max_output_length: int | None = None,
+        stop: asyncio.Event | None = None,
     ) -> list[ShellRun]:
-        """Run each command in turn, each in a fresh process tree of the container, each within `timeout`."""
+        """Run each command in turn, each in a fresh process tree of the container, each within `timeout`. `stop`
+        set: the command under way is killed (its run `stopped`) and the rest are not run, so there are fewer runs
+        than commands. A cancelled call kills the command under way (shell.py); the kernel lives on either way."""
         async with self._lock:
             self._check()
             wall = self.bounds.wall(timeout)
-            return [
-                await run_command(self._launch, command, timeout=wall, max_output=max_output_length)
-                for command in commands
-            ]
+            runs: list[ShellRun] = []
+            for command in commands:
+                if stop is not None and stop.is_set():
+                    break
+                runs.append(
+                    await run_command(self._launch, command, timeout=wall, max_output=max_output_length, stop=stop)
+                )
+            return runs
 
     def read(self, name: str) -> bytes:
         """A file of the container, never through a link (files.py); at most `bounds.file_bytes`."""

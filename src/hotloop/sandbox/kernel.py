@@ -26,6 +26,10 @@ READY_SECONDS = 30.0  # a kernel's start, while many containers start at once on
 # that answers sooner is never looked at.
 CPU_POLL_SECONDS = 0.2
 _TICKS = os.sysconf("SC_CLK_TCK")
+# How long an interrupted cell has to end before its kernel is stopped, and how often it is interrupted meanwhile
+# (a SIGINT that reached the kernel just before the cell began did nothing).
+INTERRUPT_SECONDS = 2.0
+INTERRUPT_POLL_SECONDS = 0.1
 
 
 @cache
@@ -58,7 +62,8 @@ class Kernel:
         self.process = process
         self.launch = launch
         self.cgroup = cgroup
-        self.pid = command_pid(process)  # the kernel's own host pid, for its CPU time and partial output
+        self.pid = command_pid(process)  # the kernel's own host pid, for its CPU time, partial output and interrupts
+        self._interrupting: asyncio.Future[bool] | None = None  # a cancelled call's interrupt, while it runs
 
     @classmethod
     async def start(cls, launch: Launch, python: str, cgroup: Cgroup | None) -> Kernel:
@@ -70,6 +75,9 @@ class Kernel:
             line = await asyncio.wait_for(process.stdout.readline(), READY_SECONDS)
         except (TimeoutError, ValueError):
             line = b""
+        except asyncio.CancelledError:  # the call that wanted it was cancelled: no kernel is left behind
+            await asyncio.shield(stop(process))
+            raise
         if line.strip() != b'{"ready": true}':
             await stop(process)
             why = (await process.stderr.read(4096)).decode(errors="replace").strip() or "no output"
@@ -81,14 +89,26 @@ class Kernel:
         return self.process.returncode is None
 
     async def run(self, code: str, *, timeout: float) -> Reply:
-        """Run one cell; KernelLost when the kernel is gone after it (this kernel is then stopped for good)."""
+        """Run one cell; KernelLost when the kernel is gone after it (this kernel is then stopped for good). A
+        cancelled call interrupts the cell before the cancellation goes on (`interrupt`)."""
         assert self.process.stdin is not None
+        if self._interrupting is not None:
+            interrupted, self._interrupting = await self._interrupting, None
+            if not interrupted:
+                raise KernelLost(
+                    "the kernel was stopped: the code of a call stopped before did not end when interrupted"
+                )
         kills = self.cgroup.oom_kills() if self.cgroup else 0
         request = {"code": code, "output_bytes": self.launch.bounds.output_bytes}
         try:
             self.process.stdin.write(json.dumps(request).encode() + b"\n")
             await self.process.stdin.drain()
             line = await self._answer(timeout)
+        except asyncio.CancelledError:
+            # Shielded: cancelled again meanwhile, the interrupt goes on, and the next call waits for it.
+            self._interrupting = asyncio.ensure_future(self.interrupt())
+            await asyncio.shield(self._interrupting)
+            raise
         except (TimeoutError, _CpuSpent) as over:
             stdout, stderr = self._partial()
             await self.stop()
@@ -107,6 +127,31 @@ class Kernel:
 
     async def stop(self) -> None:
         await stop(self.process)
+
+    async def interrupt(self) -> bool:
+        """End the cell under way as Ctrl-C would: SIGINT to the kernel, a `KeyboardInterrupt` in the code (repl.py
+        raises it only inside a cell), again every `INTERRUPT_POLL_SECONDS` until its reply comes, which is read and
+        dropped so that the next call reads its own. The kernel and its variables live on (True); code that does
+        not end within `INTERRUPT_SECONDS` (it catches the interrupt, or waits in C) has its kernel stopped (False).
+        """
+        assert self.process.stdout is not None
+        if self.pid is None:
+            await self.stop()
+            return False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + INTERRUPT_SECONDS
+        reading = asyncio.ensure_future(self.process.stdout.readline())
+        try:
+            while not reading.done() and (left := deadline - loop.time()) > 0:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGINT)
+                await asyncio.wait({reading}, timeout=min(left, INTERRUPT_POLL_SECONDS))
+        finally:
+            reading.cancel()
+        answered = reading.done() and not reading.cancelled() and reading.exception() is None and reading.result()
+        if not answered:
+            await self.stop()
+        return bool(answered)
 
     def exit_reason(self) -> str:
         """Why a kernel that has exited did."""

@@ -10,6 +10,7 @@ import builtins
 import json
 import linecache
 import os
+import signal
 import sys
 import traceback
 import types
@@ -21,6 +22,9 @@ OWN = sys._getframe().f_code.co_filename  # "<string>" under -c: the frames a tr
 DATA = sys.argv[1] if len(sys.argv) > 1 else "/mnt/data"
 CAPTURE = ("/tmp/.kernel-stdout", "/tmp/.kernel-stderr")
 RESULT_CHARS = 100_000  # the shown value of a final expression, at most
+# Whether a cell's code runs now: only then does the host's SIGINT (a call stopped: kernel.py `interrupt`) raise
+# KeyboardInterrupt; outside a cell it would end the kernel, so it is ignored there.
+running = False
 
 
 def setup() -> tuple[BinaryIO, BinaryIO, tuple[int, int], dict[str, Any]]:
@@ -39,7 +43,13 @@ def setup() -> tuple[BinaryIO, BinaryIO, tuple[int, int], dict[str, Any]]:
     main_module = types.ModuleType("__main__")
     main_module.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = main_module
+    signal.signal(signal.SIGINT, interrupted)
     return requests, replies, capture, main_module.__dict__
+
+
+def interrupted(signum: int, frame: Any) -> None:
+    if running:
+        raise KeyboardInterrupt
 
 
 def redirect(capture: tuple[int, int]) -> None:
@@ -114,21 +124,26 @@ def execute(code: str, cell: int, namespace: dict[str, Any]) -> str | None:
 
 
 def failure(error: BaseException) -> str:
-    """The traceback as Python prints it, without this kernel's own frames."""
+    """The traceback as Python prints it, without this kernel's own frames (nor `ast.parse`'s, where a cell's
+    SyntaxError is raised: the host's paths are none of the code's business)."""
     tb = error.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == OWN:
+    while tb is not None and tb.tb_frame.f_code.co_filename in (OWN, ast.__file__):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(error), error, tb))
 
 
 def cell(request: dict[str, Any], number: int, namespace: dict[str, Any], capture: tuple[int, int]) -> dict[str, Any]:
     """Run one request; its reply."""
+    global running
     redirect(capture)
     result: str | None = None
     error: str | None = None
     try:
+        running = True
         result = execute(request["code"], number, namespace)
+        running = False
     except BaseException as raised:  # SystemExit and KeyboardInterrupt end the cell, never the kernel
+        running = False
         if os.getpid() != KERNEL:
             os._exit(1)
         try:

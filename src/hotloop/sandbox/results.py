@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
+
+KILLED_EXIT = 128 + signal.SIGKILL  # 137: a command killed with its tree, as bash reports it
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,11 +43,14 @@ class Run:
 @dataclass(frozen=True, slots=True)
 class ShellRun:
     """One command of a shell call: `exit_code` is None when it ran past its timeout (the Responses API's
-    outcome `{"type": "timeout"}`), else `{"type": "exit", "exit_code": exit_code}`."""
+    outcome `{"type": "timeout"}`), else `{"type": "exit", "exit_code": exit_code}`. `stopped`: the call was stopped
+    while the command ran (its tree killed: `exit_code` is `KILLED_EXIT`, as a shell reports a SIGKILLed command);
+    its output is what it printed until then."""
 
     stdout: str
     stderr: str
     exit_code: int | None
+    stopped: bool = False
 
     @property
     def timed_out(self) -> bool:

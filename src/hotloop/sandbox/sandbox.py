@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 from hotloop.sandbox import disk
@@ -60,11 +61,18 @@ class Sandbox:
         return Support(found.available, found.reason, found.tools)
 
     async def open(
-        self, directory: Path | str, bounds: Bounds | None = None, *, network: bool = False, kernel: bool = True
+        self,
+        directory: Path | str,
+        bounds: Bounds | None = None,
+        *,
+        network: bool = False,
+        kernel: bool = True,
+        mounts: Sequence[tuple[str, str]] = (),
     ) -> Container:
         """A new container whose files are `directory` (what it holds is copied in). `network`: share the host's
         network — its loopback included, so the server's own services too (docs/sandbox.md). `kernel`: start
-        the Python kernel now (ready for the first call) rather than at the first call."""
+        the Python kernel now (ready for the first call) rather than at the first call. `mounts`: (host folder,
+        path inside) each bound read-only (a container's skills), each host folder searchable by every uid."""
         support = await asyncio.to_thread(self.support)
         if not support.available:
             raise Unavailable(f"the sandbox cannot run on this host: {support.reason}")
@@ -77,7 +85,8 @@ class Sandbox:
                 raise Full("every uid of the sandbox's range is in use")
             try:
                 async with self._starting:
-                    container = await self._build(Path(directory).absolute(), bounds or Bounds(), network, lease)
+                    where = Path(directory).absolute()
+                    container = await self._build(where, bounds or Bounds(), network, lease, mounts)
                     if kernel:
                         await _started(container)
             except BaseException:  # a failed or cancelled start leaves nothing of itself
@@ -93,7 +102,9 @@ class Sandbox:
         """Close every container."""
         await asyncio.gather(*(container.close() for container in list(self._containers)))
 
-    async def _build(self, directory: Path, bounds: Bounds, network: bool, lease: Lease) -> Container:
+    async def _build(
+        self, directory: Path, bounds: Bounds, network: bool, lease: Lease, mounts: Sequence[tuple[str, str]]
+    ) -> Container:
         """The container's tmpfs and cgroups, and how its processes start; its kernel is not started yet."""
         interpreter, binds = self._interpreter()
         data = self._stage(lease.uid)
@@ -107,7 +118,7 @@ class Sandbox:
         except OSError as error:
             disk.detach(lease.uid)
             raise SandboxError(f"the container's cgroups could not be set up: {error}") from error
-        view = host_view(str(data), binds, interpreter.bin_dir, network=network)
+        view = host_view(str(data), [*binds, *mounts], interpreter.bin_dir, network=network)
         memory_rlimit = cgroup is None or cgroup.memory is None
         launch = Launch(probe().tools, view, bounds, lease.uid, cgroup.procs if cgroup else (), memory_rlimit)
         return Container(

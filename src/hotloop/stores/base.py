@@ -13,6 +13,7 @@ from hotloop.stores.conversations import ConversationStore
 from hotloop.stores.files import FileStore
 from hotloop.stores.pages import ItemPage, UsagePage
 from hotloop.stores.retention import Sweepable
+from hotloop.stores.skills import SkillStore
 from hotloop.stores.vector_stores import VectorStoreStore
 from hotloop.wire.items import ContextItem
 from hotloop.wire.response import Response
@@ -25,7 +26,7 @@ class Chain(msgspec.Struct):
     context: list[ContextItem]
 
 
-class Store(Sweepable, ConversationStore, FileStore, VectorStoreStore, ContainerStore, Protocol):
+class Store(Sweepable, ConversationStore, FileStore, VectorStoreStore, ContainerStore, SkillStore, Protocol):
     """Every method raises `StoreUnavailable` (503) when the store cannot be reached; a failed `save` leaves
     nothing readable (a response and its items are written in one atomic step)."""
 

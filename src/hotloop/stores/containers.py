@@ -55,6 +55,25 @@ class Placed(msgspec.Struct, frozen=True):
     file: ContainerFile | None = None
 
 
+class ContainerSkill(msgspec.Struct, frozen=True):
+    """A skill mounted read-only in a container (docs/skills.md): what the model is told of it, and where it came
+    from (`skill_id`/`version` for a Skills API skill; None for an inline one). Its bundle is a zip kept with the
+    container (its own copy: deleting the skill later leaves a container that has it whole)."""
+
+    name: str
+    description: str
+    bytes: int  # the zip's size
+    skill_id: str | None = None
+    version: str | None = None
+
+
+class StoredSkill(msgspec.Struct, frozen=True):
+    """A container's skill and the key of its zip's bytes in `file_chunks`."""
+
+    skill: ContainerSkill
+    blob: str
+
+
 class StoredFile(msgspec.Struct, frozen=True):
     """A container file and the key of its bytes in `file_chunks` (a replaced file's bytes get a new key)."""
 
@@ -72,8 +91,21 @@ def parents(path: str) -> list[str]:
 class ContainerStore(Protocol):
     """Owner-scoped like responses: another owner's container, or one past its `expires_at`, reads as missing."""
 
-    async def put_container(self, owner: str, container: Container, expires_at: int, max_per_owner: int) -> bool:
-        """Insert a new container, unless the owner holds `max_per_owner` live ones already (False: nothing stored)."""
+    async def put_container(
+        self,
+        owner: str,
+        container: Container,
+        expires_at: int,
+        max_per_owner: int,
+        skills: Sequence[tuple[ContainerSkill, bytes]] = (),
+    ) -> bool:
+        """Insert a new container with its skills (each with its zip), unless the owner holds `max_per_owner` live
+        ones already (False: nothing stored)."""
+        ...
+
+    async def container_skills(self, owner: str, container_id: str, now: int) -> list[StoredSkill] | None:
+        """A live container's skills, in the order it was made with; None when it is not the owner's or not live.
+        Their zips read with `container_file_content(blob)`."""
         ...
 
     async def get_container(self, owner: str, container_id: str, now: int) -> Container | None: ...
@@ -85,7 +117,7 @@ class ContainerStore(Protocol):
         ...
 
     async def delete_container(self, owner: str, container_id: str, now: int) -> bool:
-        """Delete it with its files and their bytes; False when it is not there (or no longer live)."""
+        """Delete it with its files and skills and their bytes; False when it is not there (or no longer live)."""
         ...
 
     async def touch_container(self, owner: str, container_id: str, now: int) -> bool:
@@ -93,7 +125,8 @@ class ContainerStore(Protocol):
         ...
 
     async def expire_containers(self, now: int, limit: int) -> list[str]:
-        """Delete up to `limit` containers (any owner's) past their `expires_at`, with their files; their ids."""
+        """Delete up to `limit` containers (any owner's) past their `expires_at`, with their files and skills; their
+        ids."""
         ...
 
     async def live_containers(self, container_ids: Sequence[str], now: int) -> set[str]:

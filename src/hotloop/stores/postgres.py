@@ -21,6 +21,7 @@ import asyncpg
 
 from hotloop.metering.records import UsageRecord, UsageTotals
 from hotloop.stores import postgres_container_sql as container_sql
+from hotloop.stores import postgres_skill_sql as skill_sql
 from hotloop.stores import postgres_sql as sql
 from hotloop.stores import postgres_vector_sql as vector_sql
 from hotloop.stores.base import Chain
@@ -31,6 +32,7 @@ from hotloop.stores.pages import ItemPage, UsagePage
 from hotloop.stores.postgres_containers import PostgresContainers
 from hotloop.stores.postgres_conversations import PostgresConversations
 from hotloop.stores.postgres_files import PostgresFiles
+from hotloop.stores.postgres_skills import PostgresSkills
 from hotloop.stores.postgres_vector_stores import PostgresVectorStores
 from hotloop.stores.retention import (
     Background,
@@ -70,13 +72,13 @@ def split_schema(url: str) -> tuple[str, str]:
     return urlunsplit(parts._replace(query=rest)), schema
 
 
-class PostgresStore(PostgresConversations, PostgresFiles, PostgresVectorStores, PostgresContainers):
+class PostgresStore(PostgresConversations, PostgresFiles, PostgresVectorStores, PostgresContainers, PostgresSkills):
     def __init__(self, url: str, retention: Retention | None = None) -> None:
         self._dsn, self.schema = split_schema(url)
         self.retention = retention or Retention()
         self._sql = {
             name: text.replace("{s}", f'"{self.schema}"')
-            for module in (sql, vector_sql, container_sql)
+            for module in (sql, vector_sql, container_sql, skill_sql)
             for name, text in vars(module).items()
             if name.isupper()
         }
@@ -105,6 +107,7 @@ class PostgresStore(PostgresConversations, PostgresFiles, PostgresVectorStores, 
                         await conn.execute(self._sql["SCHEMA"])
                         await conn.execute(self._sql["VECTOR_SCHEMA"])
                         await conn.execute(self._sql["CONTAINER_SCHEMA"])
+                        await conn.execute(self._sql["SKILL_SCHEMA"])
                 except BaseException:
                     await pool.close()
                     raise

@@ -25,6 +25,13 @@ CREATE TABLE IF NOT EXISTS {s}.container_files (
     UNIQUE (container_id, path)
 );
 CREATE INDEX IF NOT EXISTS container_files_by_container ON {s}.container_files (container_id, created_at, id);
+CREATE TABLE IF NOT EXISTS {s}.container_skills (
+    container_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    blob TEXT NOT NULL,
+    body BYTEA NOT NULL,
+    PRIMARY KEY (container_id, position)
+);
 """
 # Creates by one owner queue here, so each counts the containers the previous one left.
 C_OWNER_LOCK = "SELECT pg_advisory_xact_lock(hashtext('hotloop-containers:' || $1))"
@@ -45,9 +52,13 @@ C_LIST_DESC = _LIST.format(op="<", direction="DESC")
 C_DELETE = "DELETE FROM {s}.containers WHERE id = $1 AND owner = $2 AND expires_at > $3 RETURNING id"
 C_EXPIRE = """DELETE FROM {s}.containers WHERE id IN
     (SELECT id FROM {s}.containers WHERE expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING id"""
-# The files of deleted containers ($1), with their bytes.
-C_DROP_FILES = """WITH gone AS (DELETE FROM {s}.container_files WHERE container_id = ANY($1::text[]) RETURNING blob)
-DELETE FROM {s}.file_chunks WHERE file_id IN (SELECT blob FROM gone)"""
+# The files and skills of deleted containers ($1), with their bytes.
+C_DROP_FILES = """WITH files AS (DELETE FROM {s}.container_files WHERE container_id = ANY($1::text[]) RETURNING blob),
+skills AS (DELETE FROM {s}.container_skills WHERE container_id = ANY($1::text[]) RETURNING blob)
+DELETE FROM {s}.file_chunks WHERE file_id IN (SELECT blob FROM files UNION ALL SELECT blob FROM skills)"""
+CS_INSERT = "INSERT INTO {s}.container_skills VALUES ($1, $2, $3, $4)"
+CS_LIST = """SELECT s.blob, s.body FROM {s}.container_skills s JOIN {s}.containers c ON c.id = s.container_id
+WHERE s.container_id = $1 AND c.owner = $2 AND c.expires_at > $3 ORDER BY s.position"""
 # The idle time (expires_at - last_active_at) is kept: it is the container's `expires_after.minutes`.
 C_TOUCH = """UPDATE {s}.containers SET expires_at = $3 + (expires_at - last_active_at), last_active_at = $3
 WHERE id = $1 AND owner = $2 AND expires_at > $3 RETURNING 1"""

@@ -14,7 +14,17 @@ import asyncpg
 import msgspec
 
 from hotloop.ids import new_id
-from hotloop.stores.containers import ContainerFilePage, ContainerPage, Order, Placed, StoredFile, parents
+from hotloop.stores.containers import (
+    ContainerFilePage,
+    ContainerPage,
+    ContainerSkill,
+    Order,
+    Placed,
+    StoredFile,
+    StoredSkill,
+    parents,
+)
+from hotloop.stores.files import chunks_of
 from hotloop.stores.health import Health
 from hotloop.wire.containers import Container, ContainerFile, container_decoder, file_decoder
 from hotloop.wire.files import FileObject
@@ -25,6 +35,9 @@ class _Refused(Exception):
 
     def __init__(self, placed: Placed) -> None:
         self.placed = placed
+
+
+_skill_decoder = msgspec.json.Decoder(ContainerSkill)
 
 
 def _container(row: Any) -> Container:
@@ -56,7 +69,14 @@ class PostgresContainers:
             async with pool.acquire() as conn, conn.transaction():
                 yield conn
 
-    async def put_container(self, owner: str, container: Container, expires_at: int, max_per_owner: int) -> bool:
+    async def put_container(
+        self,
+        owner: str,
+        container: Container,
+        expires_at: int,
+        max_per_owner: int,
+        skills: Sequence[tuple[ContainerSkill, bytes]] = (),
+    ) -> bool:
         now, body = container.last_active_at, msgspec.json.encode(container)
         async with self._container_transaction() as conn:
             await conn.execute(self._sql["C_OWNER_LOCK"], owner)
@@ -64,7 +84,17 @@ class PostgresContainers:
                 return False
             args = (container.id, owner, container.name, container.created_at, now, expires_at, body)
             await conn.execute(self._sql["C_INSERT"], *args)
+            for position, (skill, data) in enumerate(skills):  # in the transaction: all of them, or none
+                blob = new_id("sblob")
+                await self._put_blob(conn, blob, chunks_of(data))
+                await conn.execute(self._sql["CS_INSERT"], container.id, position, blob, msgspec.json.encode(skill))
             return True
+
+    async def container_skills(self, owner: str, container_id: str, now: int) -> list[StoredSkill] | None:
+        if not await self._fetch("C_GET", container_id, owner, now):
+            return None
+        rows = await self._fetch("CS_LIST", container_id, owner, now)
+        return [StoredSkill(_skill_decoder.decode(row[1]), row[0]) for row in rows]
 
     async def get_container(self, owner: str, container_id: str, now: int) -> Container | None:
         rows = await self._fetch("C_GET", container_id, owner, now)

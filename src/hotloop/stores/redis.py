@@ -27,6 +27,7 @@ from hotloop.stores.pages import ItemPage, UsagePage
 from hotloop.stores.redis_containers import RedisContainers
 from hotloop.stores.redis_conversations import RedisConversations
 from hotloop.stores.redis_files import RedisFiles
+from hotloop.stores.redis_skills import RedisSkills
 from hotloop.stores.redis_vector_stores import RedisVectorStores
 from hotloop.stores.retention import (
     Background,
@@ -59,7 +60,7 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class RedisStore(RedisConversations, RedisFiles, RedisVectorStores, RedisContainers):
+class RedisStore(RedisConversations, RedisFiles, RedisVectorStores, RedisContainers, RedisSkills):
     def __init__(self, url: str, retention: Retention | None = None) -> None:
         plain_url, self.prefix = split_prefix(url)
         self.retention = retention or Retention()

@@ -16,7 +16,7 @@ def _refuse(*args: Any, **kwargs: Any) -> NoReturn:
 class RedisContainers:
     put_container = get_container = list_containers = delete_container = touch_container = _refuse
     put_container_file = get_container_file = list_container_files = delete_container_file = _refuse
-    container_file_content = _refuse
+    container_file_content = container_skills = _refuse
 
     async def expire_containers(self, now: int, limit: int) -> list[str]:
         return []  # it keeps none: the sweep finds nothing to do

@@ -31,6 +31,7 @@ from hotloop.stores.retention import Background, DeletionHandler, GapHandler, Re
 from hotloop.stores.sqlite_containers import CONTAINER_SCHEMA, SQLiteContainers
 from hotloop.stores.sqlite_conversations import CONVERSATION_SCHEMA, SQLiteConversations
 from hotloop.stores.sqlite_files import FILE_SCHEMA, SQLiteFiles
+from hotloop.stores.sqlite_skills import SKILL_SCHEMA, SQLiteSkills
 from hotloop.stores.sqlite_vector_stores import VECTOR_STORE_SCHEMA, SQLiteVectorStores
 from hotloop.wire.items import ContextItem
 from hotloop.wire.response import Response, response_decoder
@@ -151,7 +152,7 @@ def _wal(conn: sqlite3.Connection) -> None:
             time.sleep(0.02)
 
 
-class SQLiteStore(SQLiteConversations, SQLiteFiles, SQLiteVectorStores, SQLiteContainers):
+class SQLiteStore(SQLiteConversations, SQLiteFiles, SQLiteVectorStores, SQLiteContainers, SQLiteSkills):
     def __init__(self, path: Path, retention: Retention | None = None) -> None:
         self._path = path
         self._announcements = path.with_name(path.name + ANNOUNCE_SUFFIX)
@@ -167,6 +168,7 @@ class SQLiteStore(SQLiteConversations, SQLiteFiles, SQLiteVectorStores, SQLiteCo
         writer.executescript(FILE_SCHEMA)
         writer.executescript(VECTOR_STORE_SCHEMA)
         writer.executescript(CONTAINER_SCHEMA)
+        writer.executescript(SKILL_SCHEMA)
         if "size" not in {row[1] for row in writer.execute("PRAGMA table_info(responses)")}:
             writer.executescript(f"BEGIN IMMEDIATE; {MIGRATE_SIZE} COMMIT;")
         writer.execute("INSERT OR IGNORE INTO stats VALUES ('bytes', 0)")

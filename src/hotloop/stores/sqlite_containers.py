@@ -13,7 +13,17 @@ from typing import TYPE_CHECKING, TypeVar
 import msgspec
 
 from hotloop.ids import new_id
-from hotloop.stores.containers import ContainerFilePage, ContainerPage, Order, Placed, StoredFile, parents
+from hotloop.stores.containers import (
+    ContainerFilePage,
+    ContainerPage,
+    ContainerSkill,
+    Order,
+    Placed,
+    StoredFile,
+    StoredSkill,
+    parents,
+)
+from hotloop.stores.files import chunks_of
 from hotloop.stores.sqlite_files import delete_chunks
 from hotloop.wire.containers import Container, ContainerFile, container_decoder, file_decoder
 from hotloop.wire.files import FileObject
@@ -41,6 +51,13 @@ CREATE TABLE IF NOT EXISTS container_files (
     UNIQUE (container_id, path)
 );
 CREATE INDEX IF NOT EXISTS container_files_by_container ON container_files (container_id, created_at, id);
+CREATE TABLE IF NOT EXISTS container_skills (
+    container_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    blob TEXT NOT NULL,  -- the key of its zip in file_chunks
+    body BLOB NOT NULL,
+    PRIMARY KEY (container_id, position)
+);
 """
 _LIVE = "SELECT 1 FROM containers WHERE id = ? AND owner = ? AND expires_at > ?"
 # ?1 owner, ?2 now, ?3 name (NULL: any), ?4 `after` (NULL: from the start; unknown: an empty page), ?5 rows.
@@ -72,6 +89,9 @@ AND (path IN (SELECT value FROM json_each(?2)) OR substr(path, 1, length(?3)) = 
 """
 
 
+_skill_decoder = msgspec.json.Decoder(ContainerSkill)
+
+
 def _container(row: tuple[bytes, int]) -> Container:
     found = container_decoder.decode(row[0])
     found.last_active_at = int(row[1])
@@ -79,7 +99,10 @@ def _container(row: tuple[bytes, int]) -> Container:
 
 
 def _drop_files(conn: sqlite3.Connection, container_id: str) -> None:
+    """A deleted container's files and skills, with their bytes."""
     blobs = conn.execute("DELETE FROM container_files WHERE container_id = ? RETURNING blob", (container_id,))
+    conn.executemany("DELETE FROM file_chunks WHERE file_id = ?", blobs.fetchall())
+    blobs = conn.execute("DELETE FROM container_skills WHERE container_id = ? RETURNING blob", (container_id,))
     conn.executemany("DELETE FROM file_chunks WHERE file_id = ?", blobs.fetchall())
 
 
@@ -146,8 +169,16 @@ class SQLiteContainers:
 
         def _blob_chunks(self, key: str) -> AsyncIterator[bytes]: ...
 
-    async def put_container(self, owner: str, container: Container, expires_at: int, max_per_owner: int) -> bool:
+    async def put_container(
+        self,
+        owner: str,
+        container: Container,
+        expires_at: int,
+        max_per_owner: int,
+        skills: Sequence[tuple[ContainerSkill, bytes]] = (),
+    ) -> bool:
         now, body = container.last_active_at, msgspec.json.encode(container)
+        blobs = [new_id("sblob") for _ in skills]
 
         def work(conn: sqlite3.Connection) -> bool:
             held = conn.execute("SELECT COUNT(*) FROM containers WHERE owner = ? AND expires_at > ?", (owner, now))
@@ -157,9 +188,39 @@ class SQLiteContainers:
                 "INSERT INTO containers VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (container.id, owner, container.name, container.created_at, now, expires_at, body),
             )
+            conn.executemany(
+                "INSERT INTO container_skills VALUES (?, ?, ?, ?)",
+                [
+                    (container.id, n, blob, msgspec.json.encode(skill[0]))
+                    for n, (skill, blob) in enumerate(zip(skills, blobs, strict=True))
+                ],
+            )
             return True
 
-        return await self._write(work)
+        stored = False
+        try:  # the zips first, a chunk a step; the rows last, so a container has its skills whole or not at all
+            for (_, data), blob in zip(skills, blobs, strict=True):
+                await self._put_blob(blob, chunks_of(data))
+            stored = await self._write(work)
+            return stored
+        finally:
+            if not stored:
+                for blob in blobs:
+                    await asyncio.shield(self._write(delete_chunks(blob)))
+
+    async def container_skills(self, owner: str, container_id: str, now: int) -> list[StoredSkill] | None:
+        def work(conn: sqlite3.Connection) -> list[tuple[str, bytes]] | None:
+            if conn.execute(_LIVE, (container_id, owner, now)).fetchone() is None:
+                return None
+            rows = conn.execute(
+                "SELECT blob, body FROM container_skills WHERE container_id = ? ORDER BY position", (container_id,)
+            )
+            return [(row[0], bytes(row[1])) for row in rows.fetchall()]
+
+        rows = await self._read(work)
+        if rows is None:
+            return None
+        return [StoredSkill(_skill_decoder.decode(body), blob) for blob, body in rows]
 
     async def get_container(self, owner: str, container_id: str, now: int) -> Container | None:
         def work(conn: sqlite3.Connection) -> tuple[bytes, int] | None:

@@ -22,6 +22,7 @@ import msgspec
 
 from hotloop.errors import InvalidParam
 from hotloop.ids import new_id
+from hotloop.skills.requested import Requested
 from hotloop.tools.client import parse_arguments
 from hotloop.tools.spec import ToolSpec
 from hotloop.wire.items import FunctionCall, FunctionCallOutput
@@ -52,6 +53,7 @@ class Declared(msgspec.Struct, frozen=True):
     container_id: str | None = None  # a named container; None: `auto`
     memory_limit: str = "1g"  # one of MEMORY_LIMITS
     file_ids: tuple[str, ...] = ()  # copied into an `auto` container when it is made
+    skills: tuple[Requested, ...] = ()  # mounted in an `auto` container when it is made (a hosted shell's only)
 
 
 def declare(raw: dict[str, Any], param: str) -> tuple[ToolSpec, Declared]:

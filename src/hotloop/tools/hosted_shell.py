@@ -3,10 +3,11 @@ runs the model's commands in that container inside the response, as `code_interp
 environment stays the client's (tools/shell.py).
 
 - Declared at the door (`declare`): `environment` `{type: "container_auto", memory_limit?, file_ids?,
-  network_policy?}` (checked as code_interpreter's `auto` container: `code_interpreter.auto_container`) or
-  `{type: "container_reference", container_id}` (the key's own: checked when it runs); a 400 naming the field for
-  anything else, and for `skills` (not built yet: issue 40, item 5). Echoed as sent.
-- Offered to the model as the client tool's `shell` function, with `max_output_length` besides.
+  network_policy?, skills?}` (checked as code_interpreter's `auto` container: `code_interpreter.auto_container`;
+  its skills by skills/requested.py) or `{type: "container_reference", container_id}` (the key's own: checked when
+  it runs); a 400 naming the field for anything else. Echoed as sent.
+- Offered to the model as the client tool's `shell` function, with `max_output_length` besides; the skills its
+  container has are listed in the description (`with_skills`: pipeline/containers/skills.py finds them).
 - The model's call is the client tool's `shell_call` (`build`), `in_progress` in a reserved slot until the server
   ran it (pipeline/steps/shell_runs.py), its `environment` `{type: "container_reference", container_id}` (the id set
   then); its answer is a `shell_call_output` the server adds after it. Both read to the model as the client tool's
@@ -15,16 +16,19 @@ environment stays the client's (tools/shell.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from hotloop.errors import InvalidParam
+from hotloop.skills.requested import requested
 from hotloop.tools import code_interpreter
 from hotloop.tools.client import optional_int, parse_arguments
 from hotloop.tools.code_interpreter import Declared, auto_container, known
 from hotloop.tools.shell import SHELL
 from hotloop.tools.spec import ToolSpec
+from hotloop.wire.containers import SKILLS_MOUNT
 from hotloop.wire.tool_items import ShellCall
 
 TYPE = "shell"  # `tools[i].type`, as the client's shell
@@ -69,17 +73,26 @@ def declare(raw: dict[str, Any], param: str) -> tuple[ToolSpec, Declared]:
                 code="invalid_type" if not isinstance(container, str) else "invalid_value",
             )
         return _spec(), Declared(container_id=container)
-    if environment.get("skills"):
-        raise InvalidParam(
-            "Skills in a hosted shell are not supported yet: leave 'skills' out (or empty).",
-            param=f"{where}.skills",
-            code="unsupported_tool",
-        )
-    return _spec(), auto_container(environment, where, AUTO_FIELDS)
+    declared = auto_container(environment, where, AUTO_FIELDS)
+    skills = requested(environment.get("skills"), f"{where}.skills")
+    return _spec(), msgspec.structs.replace(declared, skills=skills)
 
 
 def _spec() -> ToolSpec:
     return ToolSpec(SHELL.name, KIND, DESCRIPTION, PARAMETERS)
+
+
+def with_skills(spec: ToolSpec, skills: Sequence[tuple[str, str]]) -> ToolSpec:
+    """The shell offered with the skills its container has ((name, description) each) listed, where each one is:
+    the model reads a skill's SKILL.md when its description fits the task, as the Agent Skills standard has it."""
+    if not skills:
+        return spec
+    listed = "\n".join(f"- {name}: {text} ({SKILLS_MOUNT}/{name}/SKILL.md)" for name, text in skills)
+    description = (
+        f"{spec.description or DESCRIPTION}\nSkills in the container, each a read-only folder under {SKILLS_MOUNT}; "
+        f"when one fits the task, read its SKILL.md first and follow it:\n{listed}"
+    )
+    return msgspec.structs.replace(spec, description=description)
 
 
 def build(call_id: str, arguments: str, complete: bool) -> ShellCall:

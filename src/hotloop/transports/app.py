@@ -24,6 +24,7 @@ from hotloop.transports.containers import container_routes
 from hotloop.transports.conversations import conversation_routes
 from hotloop.transports.doors import Doors, DoorsMiddleware
 from hotloop.transports.files import file_routes
+from hotloop.transports.skills import skill_routes
 from hotloop.transports.vector_stores import vector_store_routes
 from hotloop.transports.websocket import websocket_endpoint
 from hotloop.transports.ws_writer import RawSend
@@ -102,6 +103,7 @@ def create_app(settings: Settings, service: Service | None = None) -> Starlette:
         *file_routes(),
         *vector_store_routes(),
         *container_routes(),
+        *skill_routes(),
         *console_routes(),
     ]
     return Starlette(

@@ -4,16 +4,15 @@ upload (transports/uploads.py, cut off past `files_max_bytes`) or as JSON naming
 
 from __future__ import annotations
 
-from urllib.parse import quote
-
 import msgspec
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from hotloop.errors import InvalidParam
 from hotloop.pipeline.objects import containers as api
+from hotloop.transports.downloads import download
 from hotloop.transports.http import http_session, raw_json, read_body
 from hotloop.transports.paging import page_params
 from hotloop.transports.uploads import is_multipart, multipart_form, text_field
@@ -85,14 +84,7 @@ async def file_content(request: Request) -> Response:
     service, session = http_session(request)
     path = request.path_params
     file, chunks = await api.file_content(service, session.owner, path["container_id"], path["file_id"])
-    headers = {"content-length": str(file.bytes), "content-disposition": _attachment(file.path.rsplit("/", 1)[-1])}
-    return StreamingResponse(chunks, media_type="application/octet-stream", headers=headers)
-
-
-def _attachment(name: str) -> str:
-    """The header naming the file: plain ASCII for every client, and the UTF-8 name as RFC 6266 §4.3 gives it."""
-    plain = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in name)
-    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(name, safe='')}"
+    return download(chunks, file.bytes, file.path.rsplit("/", 1)[-1])
 
 
 async def delete_file(request: Request) -> Response:

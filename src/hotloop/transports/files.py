@@ -6,11 +6,12 @@ from __future__ import annotations
 import msgspec
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from hotloop.errors import InvalidParam
 from hotloop.pipeline.objects import files
+from hotloop.transports.downloads import download
 from hotloop.transports.http import http_session, raw_json
 from hotloop.transports.paging import page_params
 from hotloop.transports.uploads import is_multipart, multipart_form, text_field
@@ -58,12 +59,7 @@ async def get_file(request: Request) -> Response:
 async def file_content(request: Request) -> Response:
     service, session = http_session(request)
     file, chunks = await files.content(service, session, request.path_params["file_id"])
-    quoted = file.filename.replace("\\", "_").replace('"', "_")
-    return StreamingResponse(
-        chunks,
-        media_type="application/octet-stream",
-        headers={"content-length": str(file.bytes), "content-disposition": f'attachment; filename="{quoted}"'},
-    )
+    return download(chunks, file.bytes, file.filename)
 
 
 async def delete_file(request: Request) -> Response:

@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 MOUNT = "/mnt/data"  # where a container's files are, inside it (a container file's `path` starts with it)
+SKILLS_MOUNT = "/mnt/skills"  # where its skills are, each a read-only folder named for the skill (docs/skills.md)
 MEMORY_LIMITS = ("1g", "4g", "16g", "64g")  # OpenAI's; the default is the first
 # `expires_after.minutes`: OpenAI documents no bounds; from a minute to a week (a week of idling is no sandbox).
 DEFAULT_MINUTES, MINUTES_MAX = 20, 10_080

@@ -66,8 +66,9 @@ class HostedShellBuilder:
     def shell_finished(
         self, index: int, status: ItemStatus, container_id: str | None, answer: ShellCallOutput
     ) -> list[Event]:
-        """The call at `index` ended (`completed`: it ran; `incomplete`: not run): its `output_item.done` (its
-        container's id, once known), which replaces it in the output, then `answer` as the next item."""
+        """The call at `index` ended (`completed`: it ran; `incomplete`: not run, or cut short by a steer): its
+        `output_item.done` (its container's id, once known), which replaces it in the output, then `answer` as the
+        next item."""
         item = self.pending_shell(index)
         environment = {"type": "container_reference", "container_id": container_id} if container_id else None
         done = msgspec.structs.replace(item, status=status, environment=environment or item.environment)

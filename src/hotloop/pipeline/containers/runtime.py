@@ -10,7 +10,11 @@
   one whose container was deleted or expired (any replica's sweep) is closed when the runtime hears of it or at its
   next check (`gone`, every `CHECK_S`).
 - **`auto`**: a response whose tool says `{type: "auto"}` gets a container at its first run (named after the
-  response's tool, `memory_limit` and `file_ids` as declared), or reuses the one its context ran in last.
+  response's tool, `memory_limit`, `file_ids` and a hosted shell's `skills` as declared), or reuses the one its
+  context ran in last.
+- **Skills** (docs/skills.md): each of a container's skills is unpacked once per replica into the sandbox's state
+  directory (one folder per distinct zip, shared by the live containers that have it, removed when the last one
+  closes) and bound read-only at /mnt/skills/<name>.
 - Code errors are the code's: the run completes and its logs hold the traceback. A run past its wall time, or a
   kernel that died, ends `failed` with what it printed and why.
 """
@@ -19,16 +23,21 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import shutil
 import time
 from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from hotloop.errors import HotloopError
 from hotloop.ids import new_id
 from hotloop.pipeline.containers.service import Containers
+from hotloop.pipeline.containers.skills import SkillSource, resolve
+from hotloop.pipeline.containers.staged import StagedSkills
 from hotloop.sandbox import Bounds, Container, Run, Sandbox, SandboxError, ShellRun, memory_limit_bytes
 from hotloop.tools.code_interpreter import Declared
 from hotloop.wire.code_interpreter import WrittenFile
@@ -54,6 +63,21 @@ class Ran:
 
 
 @dataclass(frozen=True, slots=True)
+class Frame:
+    """A call in its container (`CodeRuntime._in`): `keep()` after the call puts what it did to the files in the
+    store."""
+
+    runtime: CodeRuntime
+    owner: str
+    container_id: str
+    live: Container
+    before: dict[str, tuple[int, int]]
+
+    async def keep(self) -> tuple[WrittenFile, ...]:
+        return await self.runtime._keep(self.owner, self.container_id, self.live, self.before)
+
+
+@dataclass(frozen=True, slots=True)
 class Shelled:
     """A hosted shell call's commands, run: each one's output (`exit_code` None: past its timeout), and where."""
 
@@ -70,9 +94,19 @@ class NoSandbox(HotloopError):
 
 
 class CodeRuntime:
-    def __init__(self, containers: Containers, sandbox: Sandbox, work: Path, wall_s: float, max_live: int) -> None:
+    def __init__(
+        self,
+        containers: Containers,
+        skills: SkillSource,
+        sandbox: Sandbox,
+        work: Path,
+        wall_s: float,
+        max_live: int,
+    ) -> None:
         self.containers = containers
+        self.skills = skills
         self.sandbox = sandbox
+        self.staged = StagedSkills(sandbox.state_dir / "skills")
         self.work = work  # the live containers' host directories (each a tmpfs the sandbox binds there)
         self.wall_s = wall_s
         self.max_live = max_live
@@ -89,18 +123,14 @@ class CodeRuntime:
     async def run(self, owner: str, declared: Declared, container_id: str | None, code: str) -> Ran:
         """Run `code` in the container (`None`: a new `auto` one). Raises `HotloopError` for a container that is
         not the owner's or is gone, and `NoSandbox`."""
-        container_id = await self._where(owner, declared, container_id, AUTO_NAME)
-        lock = self._locks.setdefault(container_id, asyncio.Lock())
-        async with lock:  # one kernel: one run at a time in a container
-            live = await self._open(owner, container_id)
+        async with self._in(owner, declared, container_id, AUTO_NAME) as frame:
             before = time.monotonic()
-            result = await live.python(code, timeout=self.wall_s)
-            log.debug("code run in %s: %.1f ms", container_id, (time.monotonic() - before) * 1e3)
-            kept = await self._keep(owner, container_id, live, result.files)
-            await self.containers.touch(owner, container_id)
+            result = await frame.live.python(code, timeout=self.wall_s)
+            log.debug("code run in %s: %.1f ms", frame.container_id, (time.monotonic() - before) * 1e3)
+            kept = await frame.keep()
         # A kernel lost during the run (its wall or CPU bound, its memory bound, a signal) fails the call
         # (docs/code-interpreter.md, "failed"); the code's own traceback completes it.
-        return Ran("failed" if result.lost else "completed", outputs_of(result), container_id, kept)
+        return Ran("failed" if result.lost else "completed", outputs_of(result), frame.container_id, kept)
 
     async def shell(
         self,
@@ -110,29 +140,43 @@ class CodeRuntime:
         commands: list[str],
         timeout_s: float | None,
         max_output_length: int | None,
+        stop: asyncio.Event | None = None,
     ) -> Shelled:
         """Run a hosted shell call's `commands` in the container (`None`: a new `container_auto` one), one after
         the other, each within `timeout_s` (None, or past it: the wall bound, `code_timeout_s`); the files they
-        created or changed go to the store before the result does, as a code run's. Raises as `run`."""
-        container_id = await self._where(owner, declared, container_id, SHELL_NAME)
-        lock = self._locks.setdefault(container_id, asyncio.Lock())
-        async with lock:  # one call at a time in a container, its kernel's or its shell's
-            live = await self._open(owner, container_id)
-            before = live.files()
-            runs = await live.shell(commands, timeout=timeout_s, max_output_length=max_output_length)
-            changed = tuple(name for name, stat in live.files().items() if before.get(name) != stat)
-            await self._keep(owner, container_id, live, changed)
-            await self.containers.touch(owner, container_id)
-        return Shelled(runs, container_id)
+        created or changed go to the store before the result does, as a code run's; `stop` set (a steer): the
+        command under way is killed and the rest not run (fewer runs than commands). Raises as `run`."""
+        async with self._in(owner, declared, container_id, SHELL_NAME) as frame:
+            runs = await frame.live.shell(commands, timeout=timeout_s, max_output_length=max_output_length, stop=stop)
+            await frame.keep()
+        return Shelled(runs, frame.container_id)
 
-    async def _where(self, owner: str, declared: Declared, container_id: str | None, name: str) -> str:
-        """The container a call runs in: the named one (`NotFound` when gone), the `auto` one the context last ran
-        in while it is still there, else a new `auto` one (also when that one expired or was deleted)."""
+    @asynccontextmanager
+    async def _in(self, owner: str, declared: Declared, container_id: str | None, name: str) -> AsyncIterator[Frame]:
+        """A call's frame: its container found (or made), one call at a time in it (its kernel's or its shell's),
+        opened, its files noted before the call; touched after it. An `auto` container made for the call that
+        could not be opened is deleted again (nothing ran in it)."""
+        container_id, made = await self._where(owner, declared, container_id, name)
+        async with self._locks.setdefault(container_id, asyncio.Lock()):
+            try:
+                live = await self._open(owner, container_id)
+            except BaseException:
+                if made:
+                    with contextlib.suppress(HotloopError):
+                        await asyncio.shield(self.containers.delete(owner, container_id))
+                raise
+            yield Frame(self, owner, container_id, live, live.files())
+            await self.containers.touch(owner, container_id)
+
+    async def _where(self, owner: str, declared: Declared, container_id: str | None, name: str) -> tuple[str, bool]:
+        """The container a call runs in, and whether it was made now: the named one (`NotFound` when gone), the
+        `auto` one the context last ran in while it is still there, else a new `auto` one (also when that one
+        expired or was deleted)."""
         if declared.container_id is not None:
-            return declared.container_id
+            return declared.container_id, False
         if container_id is not None and not await self.containers.gone([container_id]):
-            return container_id
-        return await self._auto(owner, declared, name)
+            return container_id, False
+        return await self._auto(owner, declared, name), True
 
     async def _auto(self, owner: str, declared: Declared, name: str) -> str:
         now = int(time.time())
@@ -145,7 +189,8 @@ class CodeRuntime:
             memory_limit=declared.memory_limit,
         )
         copies = [await self.containers.source_file(owner, file_id) for file_id in declared.file_ids]
-        created = await self.containers.create(owner, record, copies)
+        skills = await resolve(self.skills, owner, declared.skills)
+        created = await self.containers.create(owner, record, copies, skills)
         return created.id
 
     async def _open(self, owner: str, container_id: str) -> Container:
@@ -156,26 +201,36 @@ class CodeRuntime:
             self._live.move_to_end(container_id)
             return live
         while len(self._live) >= self.max_live:
-            _, oldest = self._live.popitem(last=False)
-            await oldest.close()
+            await self._close(*self._live.popitem(last=False))
         directory = self.work / container_id
         directory.mkdir(parents=True, exist_ok=True)
         bounds = Bounds(memory_bytes=memory_limit_bytes(record.memory_limit), wall_seconds=self.wall_s)
         try:
-            live = await self.sandbox.open(directory, bounds, network=False)  # no container has network here
-        except SandboxError as exc:
-            raise NoSandbox(f"The container could not be started: {exc}") from None
-        for file in await self.containers.files(owner, container_id):
-            _, chunks = await self.containers.content(owner, container_id, file.id)
-            live.write(relative(file.path), b"".join([chunk async for chunk in chunks]))
+            mounts = await self.staged.stage(container_id, await self.containers.skills(owner, container_id))
+            live = await self.sandbox.open(directory, bounds, network=False, mounts=mounts)  # no network here
+        except BaseException as exc:
+            self.staged.release(container_id)
+            if isinstance(exc, SandboxError):
+                raise NoSandbox(f"The container could not be started: {exc}") from None
+            raise
+        try:
+            for file in await self.containers.files(owner, container_id):
+                _, chunks = await self.containers.content(owner, container_id, file.id)
+                live.write(relative(file.path), b"".join([chunk async for chunk in chunks]))
+        except BaseException:  # a container half filled is no container: closed, and the next run opens it again
+            await self._close(container_id, live)
+            raise
         self._live[container_id] = live
         self._start_checks()
         return live
 
     async def _keep(
-        self, owner: str, container_id: str, live: Container, names: tuple[str, ...]
+        self, owner: str, container_id: str, live: Container, before: dict[str, tuple[int, int]]
     ) -> tuple[WrittenFile, ...]:
-        """The files the run created or changed, into the store (what the Containers API then lists)."""
+        """What the call did to the container's files, into the store (what the Containers API then lists): the
+        files it created or changed, kept; those it deleted, deleted."""
+        after = live.files()
+        names = tuple(name for name, stat in after.items() if before.get(name) != stat)
         kept: list[WrittenFile] = []
         for name in names:
             try:
@@ -189,7 +244,16 @@ class CodeRuntime:
                 log.info("container %s: %s not kept: %s", container_id, name, exc.message)
                 continue
             kept.append(WrittenFile(container_id, file.id, file.path))
+        if deleted := before.keys() - after.keys():
+            await self._forget(owner, container_id, deleted)
         return tuple(kept)
+
+    async def _forget(self, owner: str, container_id: str, names: set[str]) -> None:
+        """The files the call deleted go from the store too (a file the store never had is no matter)."""
+        for file in await self.containers.files(owner, container_id):
+            if relative(file.path) in names:
+                with contextlib.suppress(HotloopError):
+                    await self.containers.delete_file(owner, container_id, file.id)
 
     def _gone(self, container_id: str) -> None:
         live = self._live.pop(container_id, None)
@@ -199,6 +263,7 @@ class CodeRuntime:
 
     async def _close(self, container_id: str, live: Container) -> None:
         await live.close()
+        self.staged.release(container_id)
         await asyncio.to_thread(shutil.rmtree, self.work / container_id, True)
 
     def _start_checks(self) -> None:

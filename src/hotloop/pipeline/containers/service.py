@@ -41,7 +41,7 @@ from hotloop.errors import HotloopError, InvalidParam, NotFound, RequestTooLarge
 from hotloop.ids import new_id
 from hotloop.pipeline.containers.paths import container_path
 from hotloop.stores.base import Store
-from hotloop.stores.containers import EXPIRY_BATCH, ContainerFilePage, ContainerPage, Order, Placed
+from hotloop.stores.containers import EXPIRY_BATCH, ContainerFilePage, ContainerPage, ContainerSkill, Order, Placed
 from hotloop.stores.files import chunks_of
 from hotloop.wire.containers import Container, ContainerFile
 from hotloop.wire.files import FileObject
@@ -73,15 +73,22 @@ class Containers:
 
     # -- containers ---------------------------------------------------------------------------------------------
 
-    async def create(self, owner: str, container: Container, copies: Sequence[FileObject] = ()) -> Container:
+    async def create(
+        self,
+        owner: str,
+        container: Container,
+        copies: Sequence[FileObject] = (),
+        skills: Sequence[tuple[ContainerSkill, bytes]] = (),
+    ) -> Container:
         """Store a checked container (pipeline/objects/containers.py checks a request's), its times set to now, with
-        copies of the owner's Files API files (`source: "user"`, at /mnt/data/<filename>); all of it or nothing.
-        Past `containers_max_per_key` live containers: 400 `containers_limit_reached`."""
+        copies of the owner's Files API files (`source: "user"`, at /mnt/data/<filename>) and its skills (each with
+        its zip: pipeline/containers/skills.py); all of it or nothing. Past `containers_max_per_key` live
+        containers: 400 `containers_limit_reached`."""
         now = self._now()
         container = msgspec.structs.replace(container, created_at=now, last_active_at=now)
         limit = self.settings.containers_max_per_key
         expires_at = now + container.expires_after.minutes * 60
-        if not await self.store.put_container(owner, container, expires_at, limit):
+        if not await self.store.put_container(owner, container, expires_at, limit, skills):
             raise HotloopError(
                 f"This key holds {limit} containers already (containers_max_per_key): delete one, or let one expire.",
                 code="containers_limit_reached",
@@ -110,6 +117,18 @@ class Containers:
         if not await self.store.delete_container(owner, container_id, self._now()):
             raise missing_container(container_id)
         self._announce([container_id])
+
+    async def listed_skills(self, owner: str, container_id: str) -> list[ContainerSkill]:
+        """The container's skills, without their zips; none when the container is gone or not the owner's."""
+        stored = await self.store.container_skills(owner, container_id, self._now())
+        return [one.skill for one in stored or ()]
+
+    async def skills(self, owner: str, container_id: str) -> list[tuple[ContainerSkill, bytes]]:
+        """The container's skills, each with its zip (NotFound when the container is gone)."""
+        stored = await self.store.container_skills(owner, container_id, self._now())
+        if stored is None:
+            raise missing_container(container_id)
+        return [(one.skill, b"".join([c async for c in self.store.container_file_content(one.blob)])) for one in stored]
 
     async def touch(self, owner: str, container_id: str) -> None:
         if not await self.store.touch_container(owner, container_id, self._now()):

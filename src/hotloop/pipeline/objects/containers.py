@@ -1,6 +1,7 @@
 """The Containers API (`/v1/containers` and `/files`): a request checked before anything is stored, then handed to
 the replica's `Containers` (pipeline/containers/service.py), which the code runtime calls too. Another key's
-container reads as missing (404), never as forbidden."""
+container reads as missing (404), never as forbidden. A container's `skills` (docs/skills.md) are mounted read-only
+in it at /mnt/skills/<name>."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import BinaryIO
 
 from hotloop.errors import InvalidParam, MissingParam
 from hotloop.ids import new_id
+from hotloop.pipeline.containers.skills import resolve
 from hotloop.pipeline.service import Service
+from hotloop.skills.requested import requested
 from hotloop.stores.containers import Order
 from hotloop.wire.containers import (
     DEFAULT_MINUTES,
@@ -26,9 +29,6 @@ from hotloop.wire.containers import (
 )
 from hotloop.wire.files import FileObject
 from hotloop.wire.lists import Deleted, ObjectList, listed
-
-# A domain name (RFC 1035 labels, case-insensitive), optionally `*.` for its subdomains.
-
 
 # -- checks at the door -------------------------------------------------------------------------------------------
 
@@ -65,9 +65,6 @@ def checked(body: CreateContainer) -> Container:
         raise InvalidParam(f"name holds at most {MAX_NAME} characters.", param="name")
     if body.memory_limit is not None and body.memory_limit not in MEMORY_LIMITS:
         raise InvalidParam(f"memory_limit must be one of {', '.join(MEMORY_LIMITS)}.", param="memory_limit")
-    if body.skills:
-        # No /v1/skills here to reference, and nothing that would install an inline skill's bundle in a container.
-        raise InvalidParam("hotloop's containers take no skills; leave skills out.", param="skills")
     return Container(
         id=new_id("cntr"),
         created_at=0,
@@ -95,8 +92,10 @@ async def _sources(service: Service, owner: str, file_ids: list[str]) -> list[Fi
 
 async def create(service: Service, owner: str, body: CreateContainer) -> Container:
     container = checked(body)
+    skills = requested(body.skills, "skills")  # its shape first: a 400 before anything is read
     sources = await _sources(service, owner, body.file_ids or [])
-    return await service.containers.create(owner, container, sources)
+    mounted = await resolve(service.skills, owner, skills)
+    return await service.containers.create(owner, container, sources, mounted)
 
 
 async def get(service: Service, owner: str, container_id: str) -> Container:
