@@ -4,7 +4,8 @@
 - a new container ready: `Sandbox.open` (tmpfs, cgroups, the kernel started and answering), then its close;
 - a warm call: `pass` on a warm kernel, all of it overhead; and a call whose code times itself, its wall time less
   the code's own;
-- a shell command: `true`, each in a fresh process tree;
+- a shell command: `true`, each in a fresh process tree; and the same in a container whose network policy allows a
+  domain, behind the egress proxy (its shim, forward.py, starts before each command), the two taken in turn;
 - idle: `--idle` warm containers left alone for `--seconds`, the CPU time of their whole trees (each container's
   cpuacct cgroup: bwrap, its init, the kernel, the launcher) and of this server process, in % of one core.
 Prints p50 and p90 of each.
@@ -61,6 +62,23 @@ async def warm_calls(container: Container, count: int) -> tuple[list[float], lis
     return passes, overheads, shells
 
 
+async def egress_shells(sandbox: Sandbox, root: Path, count: int) -> tuple[list[float], list[float]]:
+    """`true` in a container without network and in one with an allowlist, in turn: the shim's cost."""
+    plain = await sandbox.open(root / "plain", Bounds(), kernel=False)
+    allowed = await sandbox.open(root / "allowed", Bounds(), kernel=False, allowed_domains=["pypi.org"])
+    without, behind = [], []
+    try:
+        for _ in range(count):
+            for container, samples in ((plain, without), (allowed, behind)):
+                started = time.perf_counter()
+                await container.shell(["true"])
+                samples.append(time.perf_counter() - started)
+    finally:
+        await plain.close()
+        await allowed.close()
+    return without, behind
+
+
 def tree_cpu(container: Container) -> float:
     return container.cpu_seconds() or 0.0
 
@@ -111,6 +129,9 @@ async def main() -> None:
         print(f"warm call `pass`:              {quantiles(passes)}")
         print(f"warm call less the code's own: {quantiles(overheads)}")
         print(f"shell command `true`:          {quantiles(shells)}")
+        without, behind = await egress_shells(sandbox, root, max(10, args.calls // 10))
+        print(f"`true`, no network (in turn):  {quantiles(without)}")
+        print(f"`true`, behind the proxy:      {quantiles(behind)}")
         trees, server, earlier = await idle(sandbox, root, args.idle, args.seconds)
         print(f"{args.idle} containers' start and first call: {earlier:.3f} s of CPU in all")
         print(

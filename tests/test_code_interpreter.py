@@ -348,10 +348,10 @@ def test_a_failed_run_streams_no_completed_event(hostile: RunningServer) -> None
                 "type": "code_interpreter",
                 "container": {
                     "type": "auto",
-                    "network_policy": {"type": "allowlist", "allowed_domains": ["pypi.org"]},
+                    "network_policy": {"type": "allowlist", "allowed_domains": ["pypi.org", "not a domain"]},
                 },
             },
-            "tools[0].container.network_policy",
+            "tools[0].container.network_policy.allowed_domains[1]",
             None,
         ),
         ([AUTO, AUTO], "tools[1].type", None),

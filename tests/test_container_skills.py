@@ -14,8 +14,6 @@ import asyncio
 import base64
 import io
 import json
-import os
-import subprocess
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,10 +26,10 @@ from conftest import RunningServer, start_server
 from hotloop.errors import HotloopError, InvalidParam, NotFound
 from hotloop.pipeline.containers.skills import described, resolve
 from hotloop.pipeline.tools import resolve_tools
-from hotloop.sandbox import probe
 from hotloop.skills.requested import MAX_SKILLS, Inline, Reference, requested
 from hotloop.stores.containers import ContainerSkill
 from hotloop.tools import hosted_shell
+from sandbox_support import ensure_sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ["key-a", "key-b"]
@@ -196,19 +194,9 @@ def test_a_referenced_container_s_skills_are_listed_as_it_was_made() -> None:
 # -- a server whose containers have skills -------------------------------------------------------------------------
 
 
-def _ensure_sandbox() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("the sandbox needs root (docs/sandbox.md, 'Where it cannot start')")
-    subprocess.run(["bash", str(ROOT / "scripts" / "ensure-bubblewrap.sh")], check=True, timeout=600)
-    probe.cache_clear()
-    support = probe()
-    if not support.available:
-        pytest.skip(f"the sandbox cannot run here: {support.reason}")
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    _ensure_sandbox()
+    ensure_sandbox()
     running = start_server(tmp_path_factory.mktemp("skills"), api_keys=KEYS, models=["hotloop-sim"])
     yield running
     running.stop()

@@ -190,10 +190,19 @@ def test_bad_input_names_the_parameter_and_stores_nothing(server: RunningServer)
         ({"name": "x", "expires_after": {"anchor": "last_active_at"}}, 400, "missing_required_parameter", MINUTES),
         ({"name": "x", "network_policy": {"type": "open"}}, 400, "invalid_value", "network_policy.type"),
         (
-            {"name": "x", "network_policy": {"type": "allowlist", "allowed_domains": ["pypi.org"]}},
+            {"name": "x", "network_policy": {"type": "allowlist", "allowed_domains": ["pypi.org", "-bad.org"]}},
             400,
             "invalid_value",
-            "network_policy",
+            "network_policy.allowed_domains[1]",
+        ),
+        (
+            {
+                "name": "x",
+                "network_policy": {"type": "allowlist", "allowed_domains": ["a.org"], "domain_secrets": [{}]},
+            },
+            400,
+            "invalid_value",
+            "network_policy.domain_secrets",
         ),
         ({"name": "x", "skills": [{"type": "skill_reference", "skill_id": "sk_1"}]}, 404, "skill_not_found", SKILL),
         ({"name": "x", "skills": [{"type": "inline", "name": "a"}]}, 400, "invalid_value", "skills[0].description"),

@@ -19,7 +19,7 @@ from hotloop.pipeline.containers.paths import container_path
 from hotloop.pipeline.containers.service import Containers
 from hotloop.pipeline.objects.containers import checked
 from hotloop.stores.base import Store
-from hotloop.wire.containers import Container, CreateContainer, ExpiresAfter, NetworkPolicy, RequestedPolicy
+from hotloop.wire.containers import Container, CreateContainer, ExpiresAfter, NetworkPolicy
 from hotloop.wire.files import FileObject
 from store_support import opened_store
 
@@ -217,15 +217,28 @@ async def test_the_runtime_hears_of_a_container_deleted_or_expired(containers: C
     assert await containers.sweep() == 1 and heard[-1] == long.id
 
 
-def test_a_network_allowlist_is_refused() -> None:
-    """Containers have no network here (the sandbox could not hold one to an allowlist): refused naming the field."""
-    made = checked(CreateContainer(name="net", network_policy=RequestedPolicy(type="disabled")))
-    assert made.network_policy == NetworkPolicy(type="disabled")
+def test_a_network_policy_is_none_or_an_allowlist_of_domains() -> None:
+    """No network by default; an allowlist's domains are checked and kept (lowercase, once each)."""
+    made = checked(CreateContainer(name="net", network_policy={"type": "disabled"}))
+    assert made.network_policy == NetworkPolicy(type="disabled") == checked(CreateContainer(name="n")).network_policy
     assert made.id.startswith("cntr_") and made.expires_after == ExpiresAfter(anchor="last_active_at", minutes=20)
+    allowed = {"type": "allowlist", "allowed_domains": ["PyPI.org", "*.pythonhosted.org", "pypi.org", "localhost"]}
+    assert checked(CreateContainer(name="n", network_policy=allowed)).network_policy == NetworkPolicy(
+        type="allowlist", allowed_domains=["pypi.org", "*.pythonhosted.org", "localhost"]
+    )
     refusals = [
-        (RequestedPolicy(type="allowlist", allowed_domains=["pypi.org"]), "network_policy"),
-        (RequestedPolicy(type="allowlist", allowed_domains=[]), "network_policy"),
-        (RequestedPolicy(type="disabled", allowed_domains=["a.org"]), "network_policy"),
+        ({"type": "allowlist", "allowed_domains": []}, "network_policy.allowed_domains"),
+        ({"type": "allowlist"}, "network_policy.allowed_domains"),
+        ({"type": "allowlist", "allowed_domains": ["a..org"]}, "network_policy.allowed_domains[0]"),
+        ({"type": "allowlist", "allowed_domains": ["http://a.org"]}, "network_policy.allowed_domains[0]"),
+        (
+            {"type": "allowlist", "allowed_domains": ["a.org"], "domain_secrets": [{"domain": "a.org"}]},
+            "network_policy.domain_secrets",
+        ),
+        ({"type": "allowlist", "allowed_domains": ["a.org"], "proxy": "x"}, "network_policy.proxy"),
+        ({"type": "disabled", "allowed_domains": ["a.org"]}, "network_policy"),
+        ({"type": "open"}, "network_policy.type"),
+        ("none", "network_policy"),
     ]
     for policy, param in refusals:
         with pytest.raises(InvalidParam) as refused:

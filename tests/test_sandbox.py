@@ -32,6 +32,7 @@ from hotloop.sandbox.mounts import tagged
 from hotloop.sandbox.output import Capture, shorten
 from hotloop.sandbox.probe import check
 from hotloop.sandbox.view import View, host_view
+from sandbox_support import ensure_bubblewrap
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = Bounds(memory_bytes=256 * MIB, processes=32, disk_bytes=16 * MIB, max_files=256, wall_seconds=20)
@@ -151,16 +152,9 @@ def test_a_host_without_bubblewrap_is_refused_with_the_reason() -> None:
 # -- real sandboxes -------------------------------------------------------------------------------------------------
 
 
-def _ensure() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("the sandbox needs root (docs/sandbox.md, 'Where it cannot start')")
-    subprocess.run(["bash", str(ROOT / "scripts" / "ensure-bubblewrap.sh")], check=True, timeout=600)
-    probe.cache_clear()
-
-
 @pytest.fixture(scope="module")
 def available() -> None:
-    _ensure()
+    ensure_bubblewrap()
     support = probe()
     if not support.available:  # test_this_host_runs_the_sandbox fails with the reason; the rest need not
         pytest.skip(f"the sandbox cannot run here: {support.reason}")
@@ -178,7 +172,7 @@ async def _open(sandbox: Sandbox, directory: Path, bounds: Bounds = SMALL, **kwa
 
 
 def test_this_host_runs_the_sandbox_with_cgroups() -> None:
-    _ensure()
+    ensure_bubblewrap()
     support = probe()
     assert support.available, support.reason
     assert (support.memory, support.processes) == ("cgroup", "cgroup")  # root, with cgroup v1 (this machine kind)

@@ -94,6 +94,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     code_interpreter: bool = True
     code_timeout_s: float = 60.0
     containers_live_max: int = 32
+    containers_egress_private: bool = False
     skills_max_per_key: int = 1000
     file_search_workers: int = 2
     file_search_embeddings_url: str = ""
@@ -233,6 +234,9 @@ HELP: dict[str, str] = {
     "each command of a hosted shell (a call's timeout_ms may only shorten it): past it, its outcome is a timeout.",
     "containers_live_max": "Containers whose sandbox (a process tree with its kernel) each server worker keeps live; "
     "past it the least recently used one is closed (its files stay in the store; its kernel's variables go).",
+    "containers_egress_private": "Let a container whose network_policy allows domains reach them at addresses that "
+    "are not public (loopback, private, link-local): off, an allowed name that resolves to one is refused, since the "
+    "server's own stores may listen there (docs/sandbox.md, 'Network'). On for a package mirror on your network.",
     "file_search_workers": "Processes that ingest vector stores' files (extract, chunk, embed) on this replica (shared "
     "out over its server workers), one file at a time each, at a lower priority than the server; 0: none here.",
     "file_search_embeddings_url": "An OpenAI-compatible /v1 base URL whose /embeddings file_search embeds with (vLLM, "

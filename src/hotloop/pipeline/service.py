@@ -126,8 +126,6 @@ class Service:
             self.skills,
             Sandbox(max_containers=settings.containers_live_max),
             settings.resolved_data_dir() / "containers",
-            settings.code_timeout_s,
-            settings.containers_live_max,
         )
         # OpenTelemetry traces (docs/tracing.md): None while off, so a turn only checks for None.
         self.tracing = Tracing.configured(

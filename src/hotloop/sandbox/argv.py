@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from hotloop.sandbox import egress
 from hotloop.sandbox.bounds import Bounds
 from hotloop.sandbox.view import DATA, View
 
@@ -13,6 +14,8 @@ HOSTNAME = "sandbox"
 # BLAS libraries start one thread per host core, and every thread counts against `Bounds.processes`: on a
 # 64-core host numpy alone would spend the whole bound.
 BLAS_THREADS = "2"
+# What HTTP clients read their proxy from: pip, curl and requests the lowercase or uppercase name, urllib both.
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
 
 # Run as root before anything else: the shell writes its own pid into each cgroup's `cgroup.procs`, so every process
 # it becomes (setpriv, prlimit, bwrap, the command) and all they fork are in the cgroups from their first
@@ -32,8 +35,11 @@ class Tools:
 
 
 def environment(view: View) -> dict[str, str]:
-    """The whole environment inside: fixed, never the server's (it holds keys)."""
+    """The whole environment inside: fixed, never the server's (it holds keys); the egress proxy's address where the
+    container has one (forward.py serves it)."""
+    proxy = {} if view.egress is None else dict.fromkeys(PROXY_VARIABLES, f"http://127.0.0.1:{egress.PORT}")
     return {
+        **proxy,
         "PATH": view.path,
         "HOME": "/tmp",
         "TMPDIR": "/tmp",
@@ -66,6 +72,8 @@ def bwrap_args(view: View, bounds: Bounds, env: Mapping[str, str]) -> list[str]:
         args += ["--symlink", target, dest]
     for source, dest in view.optional:
         args += ["--ro-bind-try", source, dest]
+    if view.egress is not None:  # the proxy's socket: the container's one way out (egress.py)
+        args += ["--bind", view.egress, egress.INSIDE]
     args += ["--bind", view.data, DATA, "--chdir", DATA, "--remount-ro", "/"]
     return args
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from hotloop.sandbox import disk, files
 from hotloop.sandbox.bounds import Bounds
 from hotloop.sandbox.cgroups import Cgroup
+from hotloop.sandbox.egress import Egress
 from hotloop.sandbox.kernel import Kernel, KernelLost, Reply
 from hotloop.sandbox.launch import Launch
 from hotloop.sandbox.results import Closed, Image, Run, SandboxError, ShellRun
@@ -34,6 +35,7 @@ class Container:
         lease: Lease,
         python: str,
         on_close: Callable[[Container], None],
+        egress: Egress | None = None,
     ) -> None:
         self.directory = directory
         self._stage = stage
@@ -42,6 +44,7 @@ class Container:
         self._lease = lease
         self._python = python
         self._on_close = on_close
+        self._egress = egress  # its way out to its allowed domains, when it has one
         self._kernel: Kernel | None = None
         self._lost: str | None = None  # why the last kernel stopped, until a call has said so
         self._lock = asyncio.Lock()
@@ -58,6 +61,11 @@ class Container:
     @property
     def network(self) -> bool:
         return self._launch.view.network
+
+    @property
+    def allowed_domains(self) -> tuple[str, ...]:
+        """The domains its egress proxy lets it reach (none: no network, or the host's where `network`)."""
+        return self._egress.domains if self._egress is not None else ()
 
     async def start_kernel(self) -> None:
         """Start the Python kernel now rather than at the first call."""
@@ -145,6 +153,8 @@ class Container:
                 disk.detach(self.uid)
                 with contextlib.suppress(OSError):
                     self._stage.rmdir()
+                if self._egress is not None:
+                    await self._egress.close()
         finally:
             self._lease.release()
             self._on_close(self)

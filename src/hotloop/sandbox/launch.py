@@ -35,6 +35,7 @@ class Launch:
     uid: int
     procs: tuple[str, ...]  # the container's cgroup.procs files; empty without cgroups
     memory_rlimit: bool  # RLIMIT_AS on each process: no memory cgroup holds the tree
+    shim: tuple[str, ...] = ()  # run before every command, which it becomes (forward.py, where egress is allowed)
 
     def argv(self, command: Sequence[str], args_fd: int, *, cpu_rlimit: bool) -> list[str]:
         limits = rlimits(self.bounds, memory=self.memory_rlimit, cpu=cpu_rlimit)
@@ -66,7 +67,7 @@ async def spawn(
         os.close(write)
         write = -1
         return await asyncio.create_subprocess_exec(
-            *launch.argv(command, read, cpu_rlimit=cpu_rlimit),
+            *launch.argv([*launch.shim, *command], read, cpu_rlimit=cpu_rlimit),
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,

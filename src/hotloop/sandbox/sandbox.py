@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import stat
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from hotloop.sandbox import disk
 from hotloop.sandbox.bounds import Bounds
 from hotloop.sandbox.cgroups import Cgroup
 from hotloop.sandbox.container import Container
+from hotloop.sandbox.egress import Egress
 from hotloop.sandbox.interpreter import Interpreter, server_interpreter, stage
 from hotloop.sandbox.launch import Launch
 from hotloop.sandbox.probe import Support, probe
@@ -26,6 +28,7 @@ from hotloop.sandbox.view import host_view
 STATE_DIR = Path("/run/hotloop-sandbox")
 MAX_CONTAINERS = 64
 STARTING = 4  # containers starting at once: 50 asked together start a few at a time, each in ~0.1 s
+FORWARD = (Path(__file__).parent / "forward.py").read_text(encoding="utf-8")  # run inside: egress.py's other end
 
 
 class Sandbox:
@@ -68,11 +71,17 @@ class Sandbox:
         network: bool = False,
         kernel: bool = True,
         mounts: Sequence[tuple[str, str]] = (),
+        allowed_domains: Sequence[str] = (),
+        private_egress: bool = False,
     ) -> Container:
         """A new container whose files are `directory` (what it holds is copied in). `network`: share the host's
         network — its loopback included, so the server's own services too (docs/sandbox.md). `kernel`: start
         the Python kernel now (ready for the first call) rather than at the first call. `mounts`: (host folder,
-        path inside) each bound read-only (a container's skills), each host folder searchable by every uid."""
+        path inside) each bound read-only (a container's skills), each host folder searchable by every uid.
+        `allowed_domains`: no network of its own, but an HTTP proxy to these domains (egress.py), which refuses
+        addresses that are not public unless `private_egress`."""
+        if network and allowed_domains:
+            raise ValueError("a container has the host's network or an allowlist, not both")
         support = await asyncio.to_thread(self.support)
         if not support.available:
             raise Unavailable(f"the sandbox cannot run on this host: {support.reason}")
@@ -83,13 +92,15 @@ class Sandbox:
             lease = self._uids.acquire()
             if lease is None:
                 raise Full("every uid of the sandbox's range is in use")
+            egress = Egress(self._egress_dir(lease.uid), allowed_domains, private=private_egress)
             try:
                 async with self._starting:
                     where = Path(directory).absolute()
-                    container = await self._build(where, bounds or Bounds(), network, lease, mounts)
+                    container = await self._build(where, bounds or Bounds(), network, lease, mounts, egress)
                     if kernel:
                         await _started(container)
             except BaseException:  # a failed or cancelled start leaves nothing of itself
+                await asyncio.shield(egress.close())
                 _clean(lease.uid, self._stage(lease.uid))
                 lease.release()
                 raise
@@ -103,7 +114,13 @@ class Sandbox:
         await asyncio.gather(*(container.close() for container in list(self._containers)))
 
     async def _build(
-        self, directory: Path, bounds: Bounds, network: bool, lease: Lease, mounts: Sequence[tuple[str, str]]
+        self,
+        directory: Path,
+        bounds: Bounds,
+        network: bool,
+        lease: Lease,
+        mounts: Sequence[tuple[str, str]],
+        egress: Egress,
     ) -> Container:
         """The container's tmpfs and cgroups, and how its processes start; its kernel is not started yet."""
         interpreter, binds = self._interpreter()
@@ -120,7 +137,13 @@ class Sandbox:
             raise SandboxError(f"the container's cgroups could not be set up: {error}") from error
         view = host_view(str(data), [*binds, *mounts], interpreter.bin_dir, network=network)
         memory_rlimit = cgroup is None or cgroup.memory is None
-        launch = Launch(probe().tools, view, bounds, lease.uid, cgroup.procs if cgroup else (), memory_rlimit)
+        shim: tuple[str, ...] = ()
+        if egress.domains:  # its one way out: the proxy, served inside by forward.py
+            await egress.start(lease.uid)
+            view = dataclasses.replace(view, egress=str(egress.directory))
+            shim = (interpreter.executable, "-I", "-S", "-c", FORWARD)
+        procs = cgroup.procs if cgroup else ()
+        launch = Launch(probe().tools, view, bounds, lease.uid, procs, memory_rlimit, shim)
         return Container(
             directory=directory,
             stage=data,
@@ -129,7 +152,12 @@ class Sandbox:
             lease=lease,
             python=interpreter.executable,
             on_close=self._containers.discard,
+            egress=egress if egress.domains else None,
         )
+
+    def _egress_dir(self, uid: int) -> Path:
+        """Where a container's egress socket is (a directory of its uid's alone, bound into it)."""
+        return self.state_dir / "egress" / str(uid)
 
     def _stage(self, uid: int) -> Path:
         """Where a container's tmpfs is mounted first (its directory is bound from there)."""
@@ -139,7 +167,7 @@ class Sandbox:
         if self._python is None:
             _own_dir(self.state_dir)
             # Searchable, not listable: bwrap, as a container's uid, looks up its own tmpfs and the staged Python.
-            for name in ("data", "python"):
+            for name in ("data", "python", "egress"):
                 (self.state_dir / name).mkdir(exist_ok=True)
                 os.chmod(self.state_dir / name, 0o711)
             interpreter = server_interpreter()

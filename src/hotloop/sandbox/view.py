@@ -39,6 +39,7 @@ class View:
     symlinks: tuple[tuple[str, str], ...]  # (target, path inside)
     network: bool
     path: str  # $PATH inside
+    egress: str | None = None  # the host directory of the container's egress proxy (egress.py), when it has one
 
 
 def host_view(

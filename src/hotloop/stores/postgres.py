@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import random
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -113,6 +113,14 @@ class PostgresStore(PostgresConversations, PostgresFiles, PostgresVectorStores, 
                     raise
                 self._pool = pool
         return self._pool
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Any]:
+        """A connection in a transaction, the store's health watching it (the containers' and skills' writes)."""
+        async with self.health.guard():
+            pool = await self._connected()
+            async with pool.acquire() as conn, conn.transaction():
+                yield conn
 
     async def _fetch(self, name: str, *args: Any) -> list[asyncpg.Record]:
         async with self.health.guard():

@@ -7,7 +7,7 @@ per-key bound counts what the previous create left."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -62,12 +62,7 @@ class PostgresContainers:
 
         def _blob_chunks(self, key: str) -> AsyncIterator[bytes]: ...
 
-    @asynccontextmanager
-    async def _container_transaction(self) -> AsyncIterator[Any]:
-        async with self.health.guard():
-            pool = await self._connected()
-            async with pool.acquire() as conn, conn.transaction():
-                yield conn
+        def _transaction(self) -> AbstractAsyncContextManager[Any]: ...
 
     async def put_container(
         self,
@@ -78,7 +73,7 @@ class PostgresContainers:
         skills: Sequence[tuple[ContainerSkill, bytes]] = (),
     ) -> bool:
         now, body = container.last_active_at, msgspec.json.encode(container)
-        async with self._container_transaction() as conn:
+        async with self._transaction() as conn:
             await conn.execute(self._sql["C_OWNER_LOCK"], owner)
             if await conn.fetchval(self._sql["C_COUNT"], owner, now) >= max_per_owner:
                 return False
@@ -107,7 +102,7 @@ class PostgresContainers:
         return ContainerPage([_container(row) for row in rows[:limit]], len(rows) > limit)
 
     async def delete_container(self, owner: str, container_id: str, now: int) -> bool:
-        async with self._container_transaction() as conn:
+        async with self._transaction() as conn:
             if not await conn.fetch(self._sql["C_DELETE"], container_id, owner, now):
                 return False
             await conn.execute(self._sql["C_DROP_FILES"], [container_id])
@@ -117,7 +112,7 @@ class PostgresContainers:
         return bool(await self._fetch("C_TOUCH", container_id, owner, now))
 
     async def expire_containers(self, now: int, limit: int) -> list[str]:
-        async with self._container_transaction() as conn:
+        async with self._transaction() as conn:
             gone = [row[0] for row in await conn.fetch(self._sql["C_EXPIRE"], now, limit)]
             if gone:
                 await conn.execute(self._sql["C_DROP_FILES"], gone)
@@ -138,7 +133,7 @@ class PostgresContainers:
     ) -> Placed:
         blob = new_id("cblob")
         try:
-            async with self._container_transaction() as conn:
+            async with self._transaction() as conn:
                 if isinstance(content, FileObject):
                     size = await self._copy_blob(conn, content.id, blob)
                     if await conn.fetchval(self._sql["CF_SOURCE"], content.id, owner) is None:
@@ -207,7 +202,7 @@ class PostgresContainers:
         return self._blob_chunks(blob)
 
     async def delete_container_file(self, owner: str, container_id: str, file_id: str, now: int) -> bool:
-        async with self._container_transaction() as conn:
+        async with self._transaction() as conn:
             if await conn.fetchval(self._sql["C_HOLD"], container_id, owner, now) is None:
                 return False
             blob = await conn.fetchval(self._sql["CF_DELETE"], file_id, container_id)

@@ -6,7 +6,7 @@ queue on an advisory lock, so the per-key bound counts what the previous create 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -41,12 +41,7 @@ class PostgresSkills:
 
         def _blob_chunks(self, key: str) -> AsyncIterator[bytes]: ...
 
-    @asynccontextmanager
-    async def _skill_transaction(self) -> AsyncIterator[Any]:
-        async with self.health.guard():
-            pool = await self._connected()
-            async with pool.acquire() as conn, conn.transaction():
-                yield conn
+        def _transaction(self) -> AbstractAsyncContextManager[Any]: ...
 
     async def _find(self, conn: Any, owner: str, skill_id: str, which: Which) -> StoredVersion | None:
         if isinstance(which, int):
@@ -72,7 +67,7 @@ class PostgresSkills:
         self, owner: str, skill_id: str, first: SkillVersion, archive: bytes, max_per_owner: int
     ) -> Skill | None:
         try:
-            async with self._skill_transaction() as conn:
+            async with self._transaction() as conn:
                 blob = new_id("skblob")
                 size = await self._put_blob(conn, blob, chunks_of(archive))
                 await conn.execute(self._sql["SK_OWNER_LOCK"], owner)
@@ -94,14 +89,14 @@ class PostgresSkills:
         return SkillPage([skill_of(row) for row in rows[:limit]], len(rows) > limit)
 
     async def delete_skill(self, owner: str, skill_id: str) -> bool:
-        async with self._skill_transaction() as conn:
+        async with self._transaction() as conn:
             if not await conn.fetch(self._sql["SK_DELETE"], skill_id, owner):
                 return False
             await conn.execute(self._sql["SK_DROP_VERSIONS"], skill_id)
             return True
 
     async def set_default_version(self, owner: str, skill_id: str, which: Which) -> Changed:
-        async with self._skill_transaction() as conn:
+        async with self._transaction() as conn:
             if await conn.fetchrow(self._sql["SK_HOLD"], skill_id, owner) is None:
                 return Changed("missing")
             found = await self._find(conn, owner, skill_id, which)
@@ -115,7 +110,7 @@ class PostgresSkills:
     ) -> Changed:
         skill_id = version.skill_id
         try:
-            async with self._skill_transaction() as conn:
+            async with self._transaction() as conn:
                 blob = new_id("skblob")
                 size = await self._put_blob(conn, blob, chunks_of(archive))
                 held = await conn.fetchrow(self._sql["SK_HOLD"], skill_id, owner)
@@ -149,7 +144,7 @@ class PostgresSkills:
         return VersionPage([stored_of(row).version for row in rows[:limit]], len(rows) > limit)
 
     async def delete_skill_version(self, owner: str, skill_id: str, which: Which) -> Changed:
-        async with self._skill_transaction() as conn:
+        async with self._transaction() as conn:
             held = await conn.fetchrow(self._sql["SK_HOLD"], skill_id, owner)
             if held is None:
                 return Changed("missing")

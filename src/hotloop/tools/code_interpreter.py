@@ -25,6 +25,7 @@ from hotloop.ids import new_id
 from hotloop.skills.requested import Requested
 from hotloop.tools.client import parse_arguments
 from hotloop.tools.spec import ToolSpec
+from hotloop.wire.containers import allowed_domains
 from hotloop.wire.items import FunctionCall, FunctionCallOutput
 from hotloop.wire.tool_items import CodeInterpreterCall, CodeInterpreterLogs
 
@@ -54,6 +55,7 @@ class Declared(msgspec.Struct, frozen=True):
     memory_limit: str = "1g"  # one of MEMORY_LIMITS
     file_ids: tuple[str, ...] = ()  # copied into an `auto` container when it is made
     skills: tuple[Requested, ...] = ()  # mounted in an `auto` container when it is made (a hosted shell's only)
+    allowed_domains: tuple[str, ...] = ()  # what an `auto` container may reach (none: no network at all)
 
 
 def declare(raw: dict[str, Any], param: str) -> tuple[ToolSpec, Declared]:
@@ -88,19 +90,8 @@ def auto_container(container: dict[str, Any], where: str, fields: frozenset[str]
         raise InvalidParam("'file_ids' must be a list of file ids.", param=f"{where}.file_ids", code="invalid_type")
     if len(files) > MAX_FILE_IDS:
         raise InvalidParam(f"'file_ids' may list at most {MAX_FILE_IDS} files.", param=f"{where}.file_ids")
-    _network(container.get("network_policy"), where)
-    return Declared(None, limit, tuple(dict.fromkeys(files)))
-
-
-def _network(policy: Any, where: str) -> None:
-    """An `auto` container has no network: `{type: "disabled"}` (the default) only. A container made with the
-    Containers API has none either (pipeline/objects/containers.py)."""
-    if policy is None or (isinstance(policy, dict) and policy.get("type") == "disabled" and len(policy) == 1):
-        return
-    raise InvalidParam(
-        'An auto container has no network here: \'network_policy\' may only be {"type": "disabled"}.',
-        param=f"{where}.network_policy",
-    )
+    domains = allowed_domains(container.get("network_policy"), f"{where}.network_policy")
+    return Declared(None, limit, tuple(dict.fromkeys(files)), allowed_domains=domains)
 
 
 def known(raw: dict[str, Any], fields: frozenset[str], param: str) -> None:

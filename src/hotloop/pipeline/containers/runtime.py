@@ -42,7 +42,7 @@ from hotloop.sandbox import Bounds, Container, Run, Sandbox, SandboxError, Shell
 from hotloop.tools.code_interpreter import Declared
 from hotloop.wire.code_interpreter import WrittenFile
 from hotloop.wire.containers import Container as ContainerRecord
-from hotloop.wire.containers import ExpiresAfter
+from hotloop.wire.containers import ExpiresAfter, policy_of
 from hotloop.wire.tool_items import CodeInterpreterImage, CodeInterpreterLogs, CodeInterpreterStatus
 
 log = logging.getLogger("hotloop.code_interpreter")
@@ -94,22 +94,18 @@ class NoSandbox(HotloopError):
 
 
 class CodeRuntime:
-    def __init__(
-        self,
-        containers: Containers,
-        skills: SkillSource,
-        sandbox: Sandbox,
-        work: Path,
-        wall_s: float,
-        max_live: int,
-    ) -> None:
+    def __init__(self, containers: Containers, skills: SkillSource, sandbox: Sandbox, work: Path) -> None:
+        """`work`: the live containers' host directories (each a tmpfs the sandbox binds there). Its bounds are
+        the containers' settings: `code_timeout_s`, `containers_live_max`, `containers_egress_private`."""
         self.containers = containers
         self.skills = skills
         self.sandbox = sandbox
         self.staged = StagedSkills(sandbox.state_dir / "skills")
-        self.work = work  # the live containers' host directories (each a tmpfs the sandbox binds there)
-        self.wall_s = wall_s
-        self.max_live = max_live
+        self.work = work
+        settings = containers.settings
+        self.wall_s = settings.code_timeout_s
+        self.max_live = settings.containers_live_max
+        self.private_egress = settings.containers_egress_private
         self._live: OrderedDict[str, Container] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
         self._checker: asyncio.Task[None] | None = None
@@ -187,6 +183,7 @@ class CodeRuntime:
             expires_after=ExpiresAfter(anchor="last_active_at", minutes=AUTO_MINUTES),
             last_active_at=now,
             memory_limit=declared.memory_limit,
+            network_policy=policy_of(declared.allowed_domains),
         )
         copies = [await self.containers.source_file(owner, file_id) for file_id in declared.file_ids]
         skills = await resolve(self.skills, owner, declared.skills)
@@ -207,7 +204,10 @@ class CodeRuntime:
         bounds = Bounds(memory_bytes=memory_limit_bytes(record.memory_limit), wall_seconds=self.wall_s)
         try:
             mounts = await self.staged.stage(container_id, await self.containers.skills(owner, container_id))
-            live = await self.sandbox.open(directory, bounds, network=False, mounts=mounts)  # no network here
+            domains = tuple(record.network_policy.allowed_domains or ())  # none: no network at all
+            live = await self.sandbox.open(
+                directory, bounds, mounts=mounts, allowed_domains=domains, private_egress=self.private_egress
+            )
         except BaseException as exc:
             self.staged.release(container_id)
             if isinstance(exc, SandboxError):

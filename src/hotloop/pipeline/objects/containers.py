@@ -6,7 +6,7 @@ in it at /mnt/skills/<name>."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from hotloop.errors import InvalidParam, MissingParam
 from hotloop.ids import new_id
@@ -25,7 +25,8 @@ from hotloop.wire.containers import (
     CreateFileById,
     ExpiresAfter,
     NetworkPolicy,
-    RequestedPolicy,
+    allowed_domains,
+    policy_of,
 )
 from hotloop.wire.files import FileObject
 from hotloop.wire.lists import Deleted, ObjectList, listed
@@ -43,20 +44,9 @@ def _expires(expires: ExpiresAfter | None) -> ExpiresAfter:
     return expires
 
 
-def _network(policy: RequestedPolicy | None) -> NetworkPolicy:
-    """Containers here have no network: an allowlist is refused, since the sandbox could not hold one (its network
-    would be the host's, loopback and the server's own stores included: docs/sandbox.md)."""
-    if policy is None or policy.type == "disabled":
-        if policy is not None and (policy.allowed_domains is not None or policy.domain_secrets is not None):
-            raise InvalidParam("A 'disabled' network policy takes no domains.", param="network_policy")
-        return NetworkPolicy(type="disabled")
-    if policy.type != "allowlist":
-        raise InvalidParam("network_policy.type must be 'disabled' or 'allowlist'.", param="network_policy.type")
-    raise InvalidParam(
-        "This server's containers have no network access (it cannot hold one to an allowlist): network_policy must "
-        "be {'type': 'disabled'}.",
-        param="network_policy",
-    )
+def _network(policy: Any) -> NetworkPolicy:
+    """No network, or an HTTP proxy to the allowed domains alone (sandbox/egress.py, docs/sandbox.md "Network")."""
+    return policy_of(allowed_domains(policy, "network_policy"))
 
 
 def checked(body: CreateContainer) -> Container:
