@@ -59,6 +59,8 @@ _UNREACHABLE = (
     asyncpg.InterfaceError,
     asyncpg.exceptions.OperatorInterventionError,
 )
+# A text parameter with a NUL, which PostgreSQL's text cannot hold (a client's id, name or cursor): a 400.
+_UNSTORABLE = (asyncpg.exceptions.CharacterNotInRepertoireError, asyncpg.exceptions.UntranslatableCharacterError)
 
 
 def split_schema(url: str) -> tuple[str, str]:
@@ -86,7 +88,7 @@ class PostgresStore(PostgresConversations, PostgresFiles, PostgresVectorStores, 
         self._pool: asyncpg.Pool | None = None
         self._opening = asyncio.Lock()
         self._background = Background()
-        self.health = Health(_UNREACHABLE, self._ping)
+        self.health = Health(_UNREACHABLE, self._ping, _UNSTORABLE)
 
     async def _connected(self) -> asyncpg.Pool:
         """The pool, opened (and the schema created) on first use; a failure is retried on the next call."""

@@ -33,7 +33,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from hotloop.errors import HotloopError
+from hotloop.errors import HotloopError, NotFound
 from hotloop.ids import new_id
 from hotloop.pipeline.containers.service import Containers
 from hotloop.pipeline.containers.skills import SkillSource, resolve
@@ -151,28 +151,31 @@ class CodeRuntime:
     async def _in(self, owner: str, declared: Declared, container_id: str | None, name: str) -> AsyncIterator[Frame]:
         """A call's frame: its container found (or made), one call at a time in it (its kernel's or its shell's),
         opened, its files noted before the call; touched after it. An `auto` container made for the call that
-        could not be opened is deleted again (nothing ran in it)."""
-        container_id, made = await self._where(owner, declared, container_id, name)
-        async with self._locks.setdefault(container_id, asyncio.Lock()):
-            try:
-                live = await self._open(owner, container_id)
-            except BaseException:
-                if made:
-                    with contextlib.suppress(HotloopError):
-                        await asyncio.shield(self.containers.delete(owner, container_id))
-                raise
-            yield Frame(self, owner, container_id, live, live.files())
-            await self.containers.touch(owner, container_id)
+        could not be opened is deleted again (nothing ran in it).
 
-    async def _where(self, owner: str, declared: Declared, container_id: str | None, name: str) -> tuple[str, bool]:
-        """The container a call runs in, and whether it was made now: the named one (`NotFound` when gone), the
-        `auto` one the context last ran in while it is still there, else a new `auto` one (also when that one
-        expired or was deleted)."""
-        if declared.container_id is not None:
-            return declared.container_id, False
-        if container_id is not None and not await self.containers.gone([container_id]):
-            return container_id, False
-        return await self._auto(owner, declared, name), True
+        The container: the named one (`NotFound` when gone), the `auto` one the context last ran in while it is
+        still there (its opening reads its record: one read finds it gone or the key's), else a new `auto` one."""
+        named = declared.container_id is not None
+        last = declared.container_id or container_id
+        while True:
+            made = last is None
+            target = last or await self._auto(owner, declared, name)
+            async with self._locks.setdefault(target, asyncio.Lock()):
+                try:
+                    live = await self._open(owner, target)
+                except NotFound:
+                    if named or made:
+                        raise
+                    last = None  # the context's container expired or was deleted: a new one
+                    continue
+                except BaseException:
+                    if made:
+                        with contextlib.suppress(HotloopError):
+                            await asyncio.shield(self.containers.delete(owner, target))
+                    raise
+                yield Frame(self, owner, target, live, live.files())
+                await self.containers.touch(owner, target)
+                return
 
     async def _auto(self, owner: str, declared: Declared, name: str) -> str:
         now = int(time.time())
