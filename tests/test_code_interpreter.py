@@ -399,7 +399,8 @@ def test_websocket_mode_runs_code_and_continues_in_the_container(server: Running
 
 
 def test_a_steer_interrupts_the_run_under_way_and_the_kernel_keeps_its_variables(server: RunningServer) -> None:
-    """A steered run is interrupted at once (a KeyboardInterrupt in its code) and ends `incomplete`; the successor,
+    """A steered run is interrupted at once (a KeyboardInterrupt in its code) and ends `incomplete`, showing what it
+    printed; the successor,
     which hotloop-sim has run the same code again, is interrupted by the socket's close; the kernel lives on, its
     variables with it (no fresh kernel's notice)."""
     client = _client(server)
@@ -409,6 +410,7 @@ def test_a_steer_interrupts_the_run_under_way_and_the_kernel_keeps_its_variables
     waiting = "import time\nprint('waiting', flush=True)\nfor _ in range(300):\n    time.sleep(0.1)"
     metadata = {"sim_code": waiting}
     body = {"model": "hotloop-sim", "input": "Wait.", "tools": [tool], "store": False, "metadata": metadata}
+    body["include"] = OUTPUTS
     with WS(server.ws_url, api_key="key-a") as ws:
         ws.create(**body)
         frames = [ws.recv()]
@@ -424,6 +426,9 @@ def test_a_steer_interrupts_the_run_under_way_and_the_kernel_keeps_its_variables
         assert steered["status"] == "incomplete" and steered["incomplete_details"] == {"reason": "steered"}
         [call] = steered["output"]
         assert (call["type"], call["status"]) == ("code_interpreter_call", "incomplete")
+        logs = "\n".join(output["logs"] for output in call["outputs"])  # what it printed, then why it stopped
+        assert logs.startswith("waiting") and "KeyboardInterrupt" in logs
+        assert logs.endswith("The run was stopped: the response was steered.")
         while ws.recv(timeout=20)["type"] != "response.code_interpreter_call.interpreting":  # the successor's run
             pass
     follow = _run(client, "x + 1", tools=[tool], include=OUTPUTS)  # waits for the successor's run to be interrupted

@@ -231,6 +231,10 @@ def test_an_inline_skill_is_a_read_only_folder_its_scripts_run_from(served: Runn
     assert outputs[1].stdout.strip() == "3.5"
     assert "Read-only file system" in outputs[2].stderr and outputs[2].stdout.strip() == "refused"
     assert outputs[3].stdout.startswith("-rw-r--r--")
+    # Another container with the same skill shares its folder: one unpacking per zip, not per container.
+    staged = _staged()
+    assert _run(client, [_shell(_inline())], "cat /mnt/skills/csv-tool/SKILL.md")[0].stdout == MANIFEST
+    assert _staged() == staged
 
 
 def test_a_skills_api_skill_is_mounted_at_the_version_asked_for(served: RunningServer) -> None:

@@ -21,7 +21,7 @@ import pytest
 from hotloop.sealing import load_secret
 from process_support import ServerProcess
 from replica_support import HEADERS, KEY, SIM, STORES, get_response, http_turn, shared_store, ws_turn
-from workers_support import one_connection_per_worker, workers_of, ws_on_worker
+from workers_support import live_workers, one_connection_per_worker, workers_of, ws_on_worker
 from wsutil import TERMINAL, WEATHER, WS, final
 
 
@@ -171,7 +171,7 @@ def test_workers_share_the_port_the_store_and_the_secret(tmp_path: Path) -> None
         os.kill(victim, signal.SIGKILL)
         deadline = time.monotonic() + 60
         while True:
-            pids = {worker.pid for worker in workers_of(server) if worker.status() != psutil.STATUS_ZOMBIE}
+            pids = live_workers(server)
             if len(pids) == 2 and victim not in pids:
                 break
             assert time.monotonic() < deadline, pids

@@ -610,6 +610,39 @@ async def test_a_cancelled_call_interrupts_its_code_and_the_kernel_keeps_its_var
         await container.close()
 
 
+async def test_a_stopped_call_keeps_what_it_printed_and_its_kernel(sandbox: Sandbox, tmp_path: Path) -> None:
+    """`stop` set (a steer) interrupts the cell: the run says `stopped`, with what it printed and its
+    KeyboardInterrupt; the kernel lives on. Code that will not end is stopped with its kernel, still `stopped`."""
+    container = await _open(sandbox, tmp_path / "c")
+    try:
+        await container.python("x = 41")
+        stop = asyncio.Event()
+        loop = "import time\nprint('waiting', flush=True)\nfor _ in range(300): time.sleep(0.1)"
+        call = asyncio.ensure_future(container.python(loop, stop=stop))
+        await asyncio.sleep(0.5)
+        started = time.monotonic()
+        stop.set()
+        run = await asyncio.wait_for(call, 5)
+        assert time.monotonic() - started < 1.5
+        assert (run.stopped, run.lost, run.stdout) == (True, False, "waiting\n")
+        assert run.error is not None and "KeyboardInterrupt" in run.error
+        again = await container.python("x + 1")
+        assert (again.result, again.notice, again.stopped) == ("42", None, False)
+        stubborn = (
+            "import time\nwhile True:\n    try:\n        time.sleep(10)\n    except KeyboardInterrupt:\n        ..."
+        )
+        stop = asyncio.Event()
+        call = asyncio.ensure_future(container.python(stubborn, stop=stop))
+        await asyncio.sleep(0.3)
+        stop.set()
+        run = await asyncio.wait_for(call, 10)
+        assert (run.stopped, run.lost) == (True, True) and "did not end within 2 s" in (run.error or "")
+        fresh = await container.python("1 + 1")
+        assert fresh.result == "2" and fresh.notice is not None
+    finally:
+        await container.close()
+
+
 async def test_code_that_outlasts_the_interrupt_has_its_kernel_stopped(sandbox: Sandbox, tmp_path: Path) -> None:
     container = await _open(sandbox, tmp_path / "c")
     try:

@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 from websockets.exceptions import InvalidStatus
 
 from hotloop.transports.workers import ingestion_shares
 from metrics_support import Scrape
 from process_support import SIM, ServerProcess, eventually
-from workers_support import one_connection_per_worker, owner_of, workers_of, ws_on_worker
+from workers_support import live_workers, one_connection_per_worker, owner_of, workers_of, ws_on_worker
 from wsutil import WS, final
 
 
@@ -42,7 +41,7 @@ def responses(samples: Scrape, transport: str) -> float:
 
 
 def replaced(server: ServerProcess, victim: int) -> bool:
-    alive = {worker.pid for worker in workers_of(server) if worker.status() != psutil.STATUS_ZOMBIE}
+    alive = live_workers(server)
     return len(alive) == 2 and victim not in alive
 
 

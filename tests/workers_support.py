@@ -3,6 +3,7 @@ worker accepts; these open until the wanted one has)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import time
@@ -39,6 +40,17 @@ class Conn:
 
 def workers_of(supervisor: ServerProcess) -> list[psutil.Process]:
     return psutil.Process(supervisor.process.pid).children()
+
+
+def live_workers(supervisor: ServerProcess) -> set[int]:
+    """The pids of the supervisor's workers that are running: a killed one is neither a zombie nor one reaped
+    between the listing and the look at it."""
+    alive = set()
+    for worker in workers_of(supervisor):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if worker.status() != psutil.STATUS_ZOMBIE:
+                alive.add(worker.pid)
+    return alive
 
 
 def owner_of(workers: list[psutil.Process], server_port: int, client_port: int) -> int:

@@ -73,8 +73,10 @@ class Container:
             self._check()
             await self._ensure_kernel()
 
-    async def python(self, code: str, *, timeout: float | None = None) -> Run:
-        """Run `code` in the container's kernel, within `timeout` seconds (capped by `bounds.wall_seconds`)."""
+    async def python(self, code: str, *, timeout: float | None = None, stop: asyncio.Event | None = None) -> Run:
+        """Run `code` in the container's kernel, within `timeout` seconds (capped by `bounds.wall_seconds`). `stop`
+        set while it runs interrupts it (a KeyboardInterrupt in the code; kernel.py): the run is `stopped`, with
+        what it printed and its traceback, and the kernel keeps its variables unless the code would not end."""
         async with self._lock:
             self._check()
             before = self._snapshot()
@@ -84,7 +86,7 @@ class Container:
                 return Run("", "", None, _sentence(str(failed)), False, None, (), (), lost=True)
             assert self._kernel is not None
             try:
-                reply = await self._kernel.run(code, timeout=self.bounds.wall(timeout))
+                reply = await self._kernel.run(code, timeout=self.bounds.wall(timeout), stop=stop)
             except asyncio.CancelledError:  # the code was interrupted (kernel.py); a kernel it outlasted was stopped
                 if not self._kernel.alive:
                     self._kernel, self._lost = None, STOPPED
@@ -93,7 +95,8 @@ class Container:
                 self._kernel, self._lost = None, lost.reason
                 error = f"{_sentence(lost.reason)}. {LOST}"
                 changed = self._changed(before)
-                return Run(lost.stdout, lost.stderr, None, error, lost.timed_out, notice, (), changed, lost=True)
+                timed_out = lost.timed_out
+                return Run(lost.stdout, lost.stderr, None, error, timed_out, notice, (), changed, True, lost.stopped)
             return self._run(reply, notice, self._changed(before))
 
     async def shell(
@@ -176,7 +179,8 @@ class Container:
         for name in reply.images:
             with contextlib.suppress(OSError, ValueError):
                 images.append(Image(name, self.read(name)))
-        return Run(reply.stdout, reply.stderr, reply.result, reply.error, False, notice, tuple(images), changed)
+        fields = (reply.stdout, reply.stderr, reply.result, reply.error, False, notice, tuple(images), changed)
+        return Run(*fields, stopped=reply.stopped)
 
     def _snapshot(self) -> dict[str, tuple[int, int]]:
         return files.snapshot(self.directory, limit=self.bounds.max_files + 16)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -44,15 +45,19 @@ class Reply:
     result: str | None
     error: str | None
     images: tuple[str, ...]  # figure files the kernel saved in /mnt/data
+    stopped: bool = False  # the cell was interrupted at the caller's `stop` (its KeyboardInterrupt is its error)
 
 
 class KernelLost(Exception):
     """The kernel stopped during a call and its variables with it; `reason` says why."""
 
-    def __init__(self, reason: str, *, timed_out: bool = False, stdout: str = "", stderr: str = "") -> None:
+    def __init__(
+        self, reason: str, *, timed_out: bool = False, stdout: str = "", stderr: str = "", stopped: bool = False
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.timed_out = timed_out
+        self.stopped = stopped  # it was being interrupted at the caller's `stop`
         self.stdout = stdout
         self.stderr = stderr
 
@@ -88,9 +93,10 @@ class Kernel:
     def alive(self) -> bool:
         return self.process.returncode is None
 
-    async def run(self, code: str, *, timeout: float) -> Reply:
+    async def run(self, code: str, *, timeout: float, stop: asyncio.Event | None = None) -> Reply:
         """Run one cell; KernelLost when the kernel is gone after it (this kernel is then stopped for good). A
-        cancelled call interrupts the cell before the cancellation goes on (`interrupt`)."""
+        cancelled call interrupts the cell before the cancellation goes on (`interrupt`); `stop` set while it runs
+        interrupts it too, and its reply (what it printed, then its KeyboardInterrupt) comes back `stopped`."""
         assert self.process.stdin is not None
         if self._interrupting is not None:
             interrupted, self._interrupting = await self._interrupting, None
@@ -100,27 +106,30 @@ class Kernel:
                 )
         kills = self.cgroup.oom_kills() if self.cgroup else 0
         request = {"code": code, "output_bytes": self.launch.bounds.output_bytes}
+        stopped = False
         try:
             self.process.stdin.write(json.dumps(request).encode() + b"\n")
             await self.process.stdin.drain()
-            line = await self._answer(timeout)
+            line, stopped = await self._answer(timeout, stop)
         except asyncio.CancelledError:
             # Shielded: cancelled again meanwhile, the interrupt goes on, and the next call waits for it.
             self._interrupting = asyncio.ensure_future(self.interrupt())
             await asyncio.shield(self._interrupting)
             raise
-        except (TimeoutError, _CpuSpent) as over:
+        except (TimeoutError, _CpuSpent, _Unstoppable) as over:
             stdout, stderr = self._partial()
             await self.stop()
-            timed_out = isinstance(over, TimeoutError)
+            timed_out, unstoppable = isinstance(over, TimeoutError), isinstance(over, _Unstoppable)
             why = f"the call ran past its {timeout:g} s" if timed_out else str(over)
-            raise KernelLost(why, timed_out=timed_out, stdout=stdout, stderr=stderr) from None
+            if unstoppable:
+                why = f"the code did not end within {INTERRUPT_SECONDS:g} s of its interrupt; its kernel was stopped"
+            raise KernelLost(why, timed_out=timed_out, stdout=stdout, stderr=stderr, stopped=unstoppable) from None
         except (OSError, ValueError):  # a broken pipe, or a line past the reply limit
             line = b""
         if not line:
             raise KernelLost(await self._death(kills))
         try:
-            return _reply(json.loads(line))
+            return dataclasses.replace(_reply(json.loads(line)), stopped=stopped)
         except (ValueError, TypeError, KeyError):
             await self.stop()
             raise KernelLost("the kernel's reply was not one it could have sent; it was stopped") from None
@@ -157,27 +166,41 @@ class Kernel:
         """Why a kernel that has exited did."""
         return _status(self.process.returncode or 0)
 
-    async def _answer(self, timeout: float) -> bytes:
-        """The reply line, within `timeout`; the CPU time the call uses looked at while it runs (the kernel's
-        RLIMIT_CPU would count its whole life, and the host may not move it: that needs CAP_SYS_RESOURCE)."""
+    async def _answer(self, timeout: float, stop: asyncio.Event | None) -> tuple[bytes, bool]:
+        """The reply line, within `timeout`, and whether `stop` interrupted the cell; the CPU time the call uses
+        looked at while it runs (the kernel's RLIMIT_CPU would count its whole life, and the host may not move it:
+        that needs CAP_SYS_RESOURCE). Code that outlasts its interrupt by `INTERRUPT_SECONDS` is a TimeoutError."""
         assert self.process.stdout is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         start = self._cpu()
         reading = asyncio.ensure_future(self.process.stdout.readline())
+        stopping = asyncio.ensure_future(stop.wait()) if stop is not None else None
+        interrupted = False
         try:
             while True:
                 left = deadline - loop.time()
                 if left <= 0:
-                    raise TimeoutError
-                done, _ = await asyncio.wait({reading}, timeout=min(left, CPU_POLL_SECONDS))
-                if done:
-                    return reading.result()
+                    raise _Unstoppable if interrupted else TimeoutError
+                waits = {reading} if stopping is None or interrupted else {reading, stopping}
+                poll = INTERRUPT_POLL_SECONDS if interrupted else CPU_POLL_SECONDS
+                done, _ = await asyncio.wait(waits, timeout=min(left, poll), return_when=asyncio.FIRST_COMPLETED)
+                if reading in done:
+                    return reading.result(), interrupted
+                if interrupted or (stopping is not None and stopping in done):
+                    if not interrupted:  # from now on only the interrupt's own time is left
+                        interrupted, deadline = True, min(deadline, loop.time() + INTERRUPT_SECONDS)
+                    if self.pid is not None:  # again each poll: one that came just before the cell began did nothing
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(self.pid, signal.SIGINT)
+                    continue
                 used = self._cpu()
                 if start is not None and used is not None and used - start > self.launch.bounds.cpu_seconds:
                     raise _CpuSpent(f"the call used its {self.launch.bounds.cpu_seconds} s of CPU time")
         finally:
             reading.cancel()
+            if stopping is not None:
+                stopping.cancel()
 
     def _cpu(self) -> float | None:
         """CPU seconds used so far: the container's whole tree (cpuacct), else the kernel and its waited-for
@@ -213,6 +236,10 @@ class Kernel:
 
 class _CpuSpent(Exception):
     pass
+
+
+class _Unstoppable(Exception):
+    """The cell went on past `INTERRUPT_SECONDS` after its interrupt (it caught it, or waits in C)."""
 
 
 def _reply(raw: Any) -> Reply:

@@ -31,6 +31,7 @@ class Run:
     images: tuple[Image, ...]
     files: tuple[str, ...]  # names in /mnt/data created or changed by the call
     lost: bool = False
+    stopped: bool = False  # interrupted at the caller's `stop` (a steer): what it printed is kept
 
     @property
     def logs(self) -> str:

@@ -116,17 +116,25 @@ class CodeRuntime:
         support = self.sandbox.support()
         return None if support.available else f"its sandbox cannot run on this host ({support.reason})"
 
-    async def run(self, owner: str, declared: Declared, container_id: str | None, code: str) -> Ran:
-        """Run `code` in the container (`None`: a new `auto` one). Raises `HotloopError` for a container that is
-        not the owner's or is gone, and `NoSandbox`."""
+    async def run(
+        self, owner: str, declared: Declared, container_id: str | None, code: str, stop: asyncio.Event | None = None
+    ) -> Ran:
+        """Run `code` in the container (`None`: a new `auto` one); `stop` set (a steer) interrupts it. Raises
+        `HotloopError` for a container that is not the owner's or is gone, and `NoSandbox`."""
         async with self._in(owner, declared, container_id, AUTO_NAME) as frame:
             before = time.monotonic()
-            result = await frame.live.python(code, timeout=self.wall_s)
+            result = await frame.live.python(code, timeout=self.wall_s, stop=stop)
             log.debug("code run in %s: %.1f ms", frame.container_id, (time.monotonic() - before) * 1e3)
             kept = await frame.keep()
         # A kernel lost during the run (its wall or CPU bound, its memory bound, a signal) fails the call
-        # (docs/code-interpreter.md, "failed"); the code's own traceback completes it.
-        return Ran("failed" if result.lost else "completed", outputs_of(result), frame.container_id, kept)
+        # (docs/code-interpreter.md, "failed"); the code's own traceback completes it; a steer's interrupt leaves
+        # it incomplete, with what it printed.
+        status: CodeInterpreterStatus = "completed"
+        if result.stopped:
+            status = "incomplete"
+        elif result.lost:
+            status = "failed"
+        return Ran(status, outputs_of(result), frame.container_id, kept)
 
     async def shell(
         self,

@@ -6,15 +6,16 @@ which the next generation reads after the prompt's existing tokens (tools/code_i
 A run never fails the response. A container the key does not own or that is gone, a store that keeps no containers,
 a sandbox that cannot start: the call ends `failed`, and the model reads why. A call past the response's
 `max_tool_calls` (the budget MCP calls and searches share) is not run: it ends `incomplete`; so do the calls a steer
-stops, the one under way interrupted (a KeyboardInterrupt in its code: the kernel keeps its variables; code that
-does not end within 2 s has its kernel stopped, as a timeout does). The code's output is read by the safety stage
-before the model reads it, as an MCP call's output is: a finding is recorded with the MCP calls'
-(`Calls.findings`), and output its policy blocks is withheld (`failed`).
+stops, the one under way interrupted (a KeyboardInterrupt in its code: the kernel keeps its variables, and the call
+shows what it printed; code that does not end within 2 s has its kernel stopped, as a timeout does). The code's
+output is read by the safety stage before the model reads it, as an MCP call's output is: a finding is recorded
+with the MCP calls' (`Calls.findings`), and output its policy blocks is withheld (`failed`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncGenerator, Sequence
 
@@ -31,6 +32,7 @@ from hotloop.wire.tool_items import CodeInterpreterCall, CodeInterpreterLogs
 log = logging.getLogger("hotloop.code_interpreter")
 
 WITHHELD = "The output was withheld by the server's safety policy."
+STOPPED = "The run was stopped: the response was steered."
 
 
 class CodeRuns(ContainerCalls):
@@ -65,26 +67,17 @@ class CodeRuns(ContainerCalls):
                 yield event
 
     async def _run(self, index: int, item: CodeInterpreterCall, steered: asyncio.Event) -> Ran:
-        """The run, in a task of its own raced against a steer. Cancelling it interrupts the code (a
-        KeyboardInterrupt in it, sandbox/kernel.py `interrupt`): the kernel and its variables live on, and the run
-        ends before the steered response does. The response cancelled, the run is cancelled with it."""
-        run = asyncio.ensure_future(self.runtime.run(self.owner, self.declared, self.container_id, item.code or ""))
-        steer = asyncio.ensure_future(steered.wait())
+        """The run. A steer interrupts the code (a KeyboardInterrupt in it, sandbox/kernel.py): the call ends
+        `incomplete` with what it printed and a line saying why, the kernel and its variables live on (code that
+        will not end within 2 s has its kernel stopped). The response cancelled, the run is cancelled with it, the
+        code interrupted alike."""
         try:
-            await asyncio.wait((run, steer), return_when=asyncio.FIRST_COMPLETED)
-            if not run.done():
-                run.cancel()
-                await asyncio.wait((run,))
-            if run.cancelled():
-                return Ran("incomplete", None, self.container_id)
-            ran = run.result()  # it ended (a steer may have come just as it did)
+            ran = await self.runtime.run(self.owner, self.declared, self.container_id, item.code or "", steered)
         except HotloopError as exc:  # a missing container, a store that keeps none, no sandbox here
             log.info("code run %s failed: %s", item.id, exc.message)
             return Ran("failed", [CodeInterpreterLogs(logs=exc.message)], self.container_id)
-        finally:
-            steer.cancel()
-            if not run.done() and not run.cancelling():  # this task was cancelled: the run goes with it
-                run.cancel()
+        if ran.status == "incomplete":
+            ran = dataclasses.replace(ran, outputs=[*(ran.outputs or ()), CodeInterpreterLogs(logs=STOPPED)])
         return await self._read(index, item, ran)
 
     async def _read(self, index: int, item: CodeInterpreterCall, ran: Ran) -> Ran:
