@@ -131,6 +131,10 @@ class _SkillsApi:
             raise NotFound(f"No skill found with id '{skill_id}'.", param=param, code="skill_not_found")
         return _Version(skill_id, version or "3", "reporter"), _zip({"reporter/SKILL.md": "x"})
 
+    async def sized(self, owner: str, skill_id: str, version: str | None, param: str) -> tuple[Any, int]:
+        found, archive = await self.bundle(owner, skill_id, version, param)
+        return found, len(archive)
+
 
 @pytest.mark.fast
 def test_the_shell_lists_its_skills_and_a_bad_one_is_refused_before_anything_is_made() -> None:

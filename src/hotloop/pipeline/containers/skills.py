@@ -45,27 +45,33 @@ class Version(Protocol):
 
 
 class SkillSource(Protocol):
-    """The Skills API (pipeline/skills/service.py): a version of one of the owner's skills, with its zip; NotFound
-    naming `param` when there is none."""
+    """The Skills API (pipeline/skills/service.py): a version of one of the owner's skills, with its zip (`bundle`)
+    or its zip's size (`sized`); NotFound naming `param` when there is none."""
 
     async def bundle(self, owner: str, skill_id: str, version: str | None, param: str) -> tuple[Version, bytes]: ...
 
+    async def sized(self, owner: str, skill_id: str, version: str | None, param: str) -> tuple[Version, int]: ...
 
-async def resolve(source: SkillSource, owner: str, skills: Sequence[Requested]) -> list[tuple[ContainerSkill, bytes]]:
+
+async def resolve(
+    source: SkillSource, owner: str, skills: Sequence[Requested], *, zips: bool = True
+) -> list[tuple[ContainerSkill, bytes]]:
     """Each skill a container is made with, its zip beside it; a 4xx naming the skill's field when one cannot be
-    had (not the owner's, not a zip, no SKILL.md, two of one name, too large together)."""
+    had (not the owner's, not a zip, no SKILL.md, two of one name, too large together). `zips=False` checks them
+    alike without reading a Skills API skill's zip (its bytes then empty; an inline one's are decoded to be
+    checked)."""
     resolved: list[tuple[ContainerSkill, bytes]] = []
     names: set[str] = set()
     total = 0
     for skill in skills:
-        one = await (_inline(skill) if isinstance(skill, Inline) else _reference(source, owner, skill))
+        one = await (_inline(skill) if isinstance(skill, Inline) else _reference(source, owner, skill, zips))
         if one[0].name in names:
             raise InvalidParam(
                 f"Two skills are named '{one[0].name}'; each skill is a folder of that name in the container.",
                 param=skill.param,
             )
         names.add(one[0].name)
-        total += len(one[1])
+        total += one[0].bytes
         if total > MAX_TOTAL_BYTES:
             raise InvalidParam(
                 f"A container's skills hold at most {MAX_TOTAL_BYTES} bytes together.", param=skill.param
@@ -89,10 +95,14 @@ async def _inline(skill: Inline) -> tuple[ContainerSkill, bytes]:
     return ContainerSkill(skill.name, skill.description, len(archive)), archive
 
 
-async def _reference(source: SkillSource, owner: str, skill: Reference) -> tuple[ContainerSkill, bytes]:
-    version, archive = await source.bundle(owner, skill.skill_id, skill.version, f"{skill.param}.skill_id")
-    mounted = ContainerSkill(version.name, version.description, len(archive), version.skill_id, version.version)
-    return mounted, archive
+async def _reference(source: SkillSource, owner: str, skill: Reference, zips: bool) -> tuple[ContainerSkill, bytes]:
+    param = f"{skill.param}.skill_id"
+    if zips:
+        version, archive = await source.bundle(owner, skill.skill_id, skill.version, param)
+        size = len(archive)
+    else:
+        (version, size), archive = await source.sized(owner, skill.skill_id, skill.version, param), b""
+    return ContainerSkill(version.name, version.description, size, version.skill_id, version.version), archive
 
 
 async def described(tools: ToolSet, source: SkillSource, containers: Containers | None, owner: str) -> ToolSet:
@@ -105,7 +115,7 @@ async def described(tools: ToolSet, source: SkillSource, containers: Containers 
     if shell.container_id is not None and containers is not None:
         mounted = await containers.listed_skills(owner, shell.container_id)
     else:
-        mounted = [skill for skill, _ in await resolve(source, owner, shell.skills)]
+        mounted = [skill for skill, _ in await resolve(source, owner, shell.skills, zips=False)]
     if not mounted:
         return tools
     listed = [(skill.name, skill.description) for skill in mounted]

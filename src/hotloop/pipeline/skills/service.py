@@ -187,11 +187,20 @@ class Skills:
         """A version of one of the owner's skills (None: its default, "latest": its latest, else its number) and its
         zip, whole: 404 naming `param` when the skill or the version is not there, 400 naming `param + ".version"`
         for a malformed version."""
-        stored = await self._stored(owner, skill_id, version, param + ".version", missing_param=param)
+        stored = await self._reference(owner, skill_id, version, param)
         archive = b"".join([chunk async for chunk in self.store.skill_version_content(stored.blob)])
         if len(archive) != stored.bytes:  # deleted while it was read
             raise missing_version(skill_id, version or stored.version.version, param)
         return stored.version, archive
+
+    async def sized(self, owner: str, skill_id: str, version: str | None, param: str) -> tuple[SkillVersion, int]:
+        """As `bundle`, without reading the zip: the version and its zip's size (a container's skills checked
+        before it is made, once per chain)."""
+        stored = await self._reference(owner, skill_id, version, param)
+        return stored.version, stored.bytes
+
+    async def _reference(self, owner: str, skill_id: str, version: str | None, param: str) -> StoredVersion:
+        return await self._stored(owner, skill_id, version, param + ".version", missing_param=param)
 
     async def _stored(
         self, owner: str, skill_id: str, version: str | None, param: str, *, missing_param: str | None = None
