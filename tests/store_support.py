@@ -22,6 +22,8 @@ from redis.asyncio import Redis
 
 from hotloop.config import Settings
 from hotloop.stores.base import Store
+from hotloop.stores.postgres import PostgresStore
+from hotloop.stores.sqlite import SQLiteStore
 from hotloop.stores.url import open_store
 
 KINDS = ("sqlite", "redis", "postgresql")
@@ -108,3 +110,13 @@ async def opened_store(kind: str, tmp_path: Path) -> AsyncIterator[Store]:
     finally:
         await opened.close()
         await drop_namespace(kind, ns)
+
+
+async def chunk_rows(store: Store) -> int:
+    """Every chunk of bytes the store keeps (a Files API file's, a container file's, a skill version's): what a
+    deletion must leave none of."""
+    if isinstance(store, SQLiteStore):
+        return int(await store._read(lambda conn: conn.execute("SELECT COUNT(*) FROM file_chunks").fetchone()[0]))
+    assert isinstance(store, PostgresStore)
+    pool = await store._connected()
+    return int(await pool.fetchval(f'SELECT COUNT(*) FROM "{store.schema}".file_chunks'))

@@ -20,12 +20,10 @@ from hotloop.errors import ServerError
 from hotloop.stores.base import Store
 from hotloop.stores.containers import ContainerSkill, ContainersNotKept
 from hotloop.stores.files import CHUNK_BYTES, chunks_of
-from hotloop.stores.postgres import PostgresStore
-from hotloop.stores.sqlite import SQLiteStore
 from hotloop.stores.url import open_store
 from hotloop.wire.containers import Container, ContainerFile, ExpiresAfter
 from hotloop.wire.files import FileObject
-from store_support import drop_namespace, namespace, opened_store, store_url
+from store_support import chunk_rows, drop_namespace, namespace, opened_store, store_url
 
 A, B = "owner-a", "owner-b"
 NOW = 1_800_000_000
@@ -70,15 +68,6 @@ async def _read(store: Store, owner: str, container_id: str, file_id: str) -> by
     stored = await store.get_container_file(owner, container_id, file_id, NOW + 1)
     assert stored is not None
     return b"".join([chunk async for chunk in store.container_file_content(stored.blob)])
-
-
-async def _chunk_rows(store: Store) -> int:
-    """Every chunk the store keeps, a Files API file's or a container file's."""
-    if isinstance(store, SQLiteStore):
-        return int(await store._read(lambda conn: conn.execute("SELECT COUNT(*) FROM file_chunks").fetchone()[0]))
-    assert isinstance(store, PostgresStore)
-    pool = await store._connected()
-    return int(await pool.fetchval(f'SELECT COUNT(*) FROM "{store.schema}".file_chunks'))
 
 
 async def test_containers_are_owner_scoped_bounded_and_page(store: Store) -> None:
@@ -127,7 +116,7 @@ async def test_a_file_round_trips_in_chunks_for_its_owner_only(store: Store) -> 
     assert touched is not None and touched.last_active_at == NOW + 1  # the put moved it
     assert await store.delete_container_file(A, "cntr_a", "cfile_big", NOW + 2)
     assert await store.get_container_file(A, "cntr_a", "cfile_big", NOW + 2) is None
-    assert await _chunk_rows(store) == 0  # its bytes went with it
+    assert await chunk_rows(store) == 0  # its bytes went with it
 
 
 async def test_paths_form_a_tree_and_a_container_holds_so_many_files(store: Store) -> None:
@@ -142,7 +131,7 @@ async def test_paths_form_a_tree_and_a_container_holds_so_many_files(store: Stor
     assert await _put(store, A, _file("cntr_a", "full.txt", "cfile_7"), b"7") == "full"  # max_files 3
     listed = await store.list_container_files(A, "cntr_a", NOW, after=None, limit=9, order="asc")
     assert listed is not None and {f.id for f in listed.data} == {"cfile_1", "cfile_5", "cfile_6"}
-    assert await _chunk_rows(store) == 3  # nothing refused left a chunk behind
+    assert await chunk_rows(store) == 3  # nothing refused left a chunk behind
 
 
 async def test_a_replaced_file_keeps_its_id_and_gets_the_new_bytes(store: Store) -> None:
@@ -154,7 +143,7 @@ async def test_a_replaced_file_keeps_its_id_and_gets_the_new_bytes(store: Store)
     assert placed.outcome == "replaced" and placed.file is not None
     assert (placed.file.id, placed.file.bytes, placed.file.source) == ("cfile_1", 5, "assistant")
     assert await _read(store, A, "cntr_a", "cfile_1") == b"newer"
-    assert await _chunk_rows(store) == 1  # the old bytes went
+    assert await chunk_rows(store) == 1  # the old bytes went
     touched = await store.get_container(A, "cntr_a", NOW + 9)
     assert touched is not None and touched.last_active_at == NOW + 9
 
@@ -174,7 +163,7 @@ async def test_a_files_api_file_is_copied_in_the_store(store: Store) -> None:
         A, _file("cntr_a", "late.bin", "cfile_late"), source, now=NOW, max_files=3, replace=False
     )
     assert gone.outcome == "gone"
-    assert await _chunk_rows(store) == 2  # the copy's two chunks, nothing of the refused one
+    assert await chunk_rows(store) == 2  # the copy's two chunks, nothing of the refused one
 
 
 async def test_a_failed_put_leaves_nothing(store: Store) -> None:
@@ -200,7 +189,7 @@ async def test_a_failed_put_leaves_nothing(store: Store) -> None:
             replace=False,
         )
     assert await store.get_container_file(A, "cntr_a", "cfile_x", NOW) is None
-    assert await _chunk_rows(store) == 0
+    assert await chunk_rows(store) == 0
 
 
 async def test_idle_containers_expire_with_their_files(store: Store) -> None:
@@ -216,7 +205,7 @@ async def test_idle_containers_expire_with_their_files(store: Store) -> None:
     assert await store.live_containers(["cntr_idle", "cntr_busy", "cntr_nope"], later) == {"cntr_busy"}
     assert await store.expire_containers(later, 10) == ["cntr_idle"]
     assert await store.expire_containers(later, 10) == []
-    assert await _chunk_rows(store) == 0
+    assert await chunk_rows(store) == 0
     busy = await store.get_container(A, "cntr_busy", later)
     assert busy is not None and busy.last_active_at == NOW + 300
     assert sorted(await store.expire_containers(NOW + 10 * IDLE_S, 10)) == ["cntr_busy", "cntr_other"]
@@ -242,13 +231,13 @@ async def test_a_container_keeps_its_skills_zips_until_it_goes(store: Store) -> 
     assert await store.container_skills(B, "cntr_s", NOW) is None
     assert await store.container_skills(A, "cntr_s", NOW + IDLE_S) is None  # past its expiry
     assert await store.delete_container(A, "cntr_s", NOW)
-    assert await _chunk_rows(store) == 0
+    assert await chunk_rows(store) == 0
     # Refused for the owner's bound: nothing of it, its skills' bytes included, is kept.
     assert not await store.put_container(A, msgspec.structs.replace(made, id="cntr_t"), NOW + IDLE_S, 0, skills)
-    assert await _chunk_rows(store) == 0
+    assert await chunk_rows(store) == 0
     assert await store.put_container(A, msgspec.structs.replace(made, id="cntr_u"), NOW + IDLE_S, 100, skills)
     assert await store.expire_containers(NOW + 2 * IDLE_S, 10) == ["cntr_u"]
-    assert await _chunk_rows(store) == 0
+    assert await chunk_rows(store) == 0
 
 
 async def test_the_redis_store_keeps_no_containers(tmp_path: Path) -> None:

@@ -21,11 +21,9 @@ from hotloop.pipeline.skills.service import Skills
 from hotloop.skills.bundle import Bundle, from_files
 from hotloop.stores.base import Store
 from hotloop.stores.files import CHUNK_BYTES
-from hotloop.stores.postgres import PostgresStore
 from hotloop.stores.skills import SkillsNotKept, Which
-from hotloop.stores.sqlite import SQLiteStore
 from hotloop.wire.skills import SkillVersion
-from store_support import opened_store
+from store_support import chunk_rows, opened_store
 
 A, B = "owner-a", "owner-b"
 NOW = 1_800_000_000
@@ -51,14 +49,6 @@ async def _content(store: Store, owner: str, skill_id: str, which: Which) -> byt
     return data
 
 
-async def _chunk_rows(store: Store) -> int:
-    if isinstance(store, SQLiteStore):
-        return int(await store._read(lambda conn: conn.execute("SELECT COUNT(*) FROM file_chunks").fetchone()[0]))
-    assert isinstance(store, PostgresStore)
-    pool = await store._connected()
-    return int(await pool.fetchval(f'SELECT COUNT(*) FROM "{store.schema}".file_chunks'))
-
-
 async def test_skills_are_owner_scoped_bounded_and_page(store: Store) -> None:
     for n in range(3):
         made = await store.put_skill(A, f"skill_{n}", _version(f"skill_{n}", f"s{n}", NOW + n), b"zip", 3)
@@ -81,7 +71,7 @@ async def test_skills_are_owner_scoped_bounded_and_page(store: Store) -> None:
     assert await store.delete_skill(A, "skill_1")
     assert await store.get_skill(A, "skill_1") is None
     assert await store.put_skill(A, "skill_y", _version("skill_y"), b"zip", 3) is not None  # room again
-    assert await _chunk_rows(store) == 4  # the refused one left nothing, the deleted one's went with it
+    assert await chunk_rows(store) == 4  # the refused one left nothing, the deleted one's went with it
 
 
 async def test_versions_are_numbered_once_and_the_default_names_the_skill(store: Store) -> None:
@@ -125,10 +115,10 @@ async def test_versions_are_numbered_once_and_the_default_names_the_skill(store:
     assert (await store.add_skill_version(B, _version("skill_a"), b"x", make_default=True, max_versions=9)).outcome == (
         "missing"
     )
-    assert await _chunk_rows(store) == 3 + 1 + 1  # version 1's three chunks, 2's and 4's; nothing refused stayed
+    assert await chunk_rows(store) == 3 + 1 + 1  # version 1's three chunks, 2's and 4's; nothing refused stayed
     assert await store.delete_skill(A, "skill_a")
     assert await store.get_skill_version(A, "skill_a", 1) is None
-    assert await _chunk_rows(store) == 0  # every version's bytes went with the skill
+    assert await chunk_rows(store) == 0  # every version's bytes went with the skill
 
 
 def _archive(name: str = "tool", extra: bytes = b"") -> tuple[Bundle, bytes]:
